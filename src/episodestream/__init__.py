@@ -1,0 +1,74 @@
+"""episodestream: stream LeRobot v3 video datasets straight into PyTorch training.
+
+Heavy layers (torch, decoders) load lazily on first use of the name that needs them, so
+``import episodestream`` stays cheap for the CLI and for DataLoader worker start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from episodestream.errors import (
+    BudgetError,
+    CacheError,
+    DatasetFormatError,
+    DecodeError,
+    EpisodeStreamError,
+    FrameNotFoundError,
+    InvalidResponse,
+    LocationError,
+    ManifestError,
+    Mp4FormatError,
+    NotFound,
+    RangeNotSupported,
+    SamplingError,
+    ServingError,
+    StaleSourceError,
+    StorageError,
+    StorageTimeout,
+    UnsupportedMp4Error,
+)
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it; imported on first attribute access
+_LAZY: dict[str, str] = {}
+
+__all__ = sorted(
+    [
+        "BudgetError",
+        "CacheError",
+        "DatasetFormatError",
+        "DecodeError",
+        "EpisodeStreamError",
+        "FrameNotFoundError",
+        "InvalidResponse",
+        "LocationError",
+        "ManifestError",
+        "Mp4FormatError",
+        "NotFound",
+        "RangeNotSupported",
+        "SamplingError",
+        "ServingError",
+        "StaleSourceError",
+        "StorageError",
+        "StorageTimeout",
+        "UnsupportedMp4Error",
+        "__version__",
+        *_LAZY,
+    ]
+)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'episodestream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

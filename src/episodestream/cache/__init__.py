@@ -1,0 +1,1 @@
+"""cache layer (see DESIGN.md)."""

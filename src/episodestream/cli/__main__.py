@@ -1,0 +1,5 @@
+import sys
+
+from episodestream.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""datasets layer (see DESIGN.md)."""

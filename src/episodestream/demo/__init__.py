@@ -1,0 +1,1 @@
+"""demo layer (see DESIGN.md)."""

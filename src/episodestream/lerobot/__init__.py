@@ -1,0 +1,1 @@
+"""lerobot layer (see DESIGN.md)."""

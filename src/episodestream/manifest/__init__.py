@@ -1,0 +1,1 @@
+"""manifest layer (see DESIGN.md)."""

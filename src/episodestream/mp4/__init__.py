@@ -1,0 +1,1 @@
+"""mp4 layer (see DESIGN.md)."""

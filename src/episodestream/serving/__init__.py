@@ -1,0 +1,1 @@
+"""serving layer (see DESIGN.md)."""
