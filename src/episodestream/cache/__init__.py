@@ -1,1 +1,13 @@
-"""cache layer (see DESIGN.md)."""
+"""Cache layer: byte-budgeted episode clip cache with background prefetch."""
+
+from episodestream.cache._cache import CacheMetrics, EpisodeByteCache, ResidentEpisode
+from episodestream.cache._source import ClipJob, ClipSource, EpisodeClip
+
+__all__ = [
+    "CacheMetrics",
+    "ClipJob",
+    "ClipSource",
+    "EpisodeByteCache",
+    "EpisodeClip",
+    "ResidentEpisode",
+]

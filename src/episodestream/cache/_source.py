@@ -1,0 +1,63 @@
+"""What the cache needs to know about an episode: one clip job per camera."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = ["ClipJob", "ClipSource", "EpisodeClip"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClipJob:
+    """How to make one camera's clip of one episode: one range read, then ``build(payload)``.
+
+    ``clip_nbytes`` is the exact size ``build`` returns, known before anything is fetched, so the
+    cache can reserve budget up front.
+    """
+
+    episode: int
+    camera: str
+    path: str
+    byte_start: int
+    byte_end: int
+    clip_nbytes: int
+    time_offset_s: float
+    build: Callable[[bytes], bytes]
+
+    def __post_init__(self) -> None:
+        if self.byte_end <= self.byte_start or self.byte_start < 0:
+            raise ValueError(
+                f"episode {self.episode} camera {self.camera!r}: empty or negative byte range "
+                f"[{self.byte_start}, {self.byte_end}) in {self.path!r}"
+            )
+        if self.clip_nbytes <= 0:
+            raise ValueError(f"episode {self.episode} camera {self.camera!r}: clip size <= 0")
+
+    @property
+    def payload_nbytes(self) -> int:
+        return self.byte_end - self.byte_start
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeClip:
+    """A resident standalone MP4 of one episode-camera; source time = clip time + offset."""
+
+    episode: int
+    camera: str
+    data: bytes
+    time_offset_s: float
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+@runtime_checkable
+class ClipSource(Protocol):
+    """Plans the clip jobs of an episode (implemented over the manifest)."""
+
+    def clip_jobs(self, episode: int) -> Sequence[ClipJob]:
+        """One job per camera; raises for an unknown episode."""
+        ...
