@@ -1,1 +1,41 @@
-"""demo layer (see DESIGN.md)."""
+"""demo layer: synthetic LeRobot v3 datasets (for the demo, benchmarks and tests) and the demo.
+
+Every synthetic frame carries its (episode, frame) identity as black/white cells;
+:func:`read_frame_identity` reads it back from a decoded image.
+"""
+
+from __future__ import annotations
+
+from episodestream.demo._identity import (
+    MAX_CAMERAS,
+    MAX_EPISODES,
+    MAX_FRAMES_PER_EPISODE,
+    read_frame_camera,
+    read_frame_identity,
+)
+from episodestream.demo._synthetic import (
+    DEFAULT_CAMERAS,
+    DEFAULT_TASKS,
+    DEMO_SPEC,
+    WRITER_FORMAT_VERSION,
+    SyntheticSpec,
+    default_cache_dir,
+    ensure_synthetic_dataset,
+    write_synthetic_dataset,
+)
+
+__all__ = [
+    "DEFAULT_CAMERAS",
+    "DEFAULT_TASKS",
+    "DEMO_SPEC",
+    "MAX_CAMERAS",
+    "MAX_EPISODES",
+    "MAX_FRAMES_PER_EPISODE",
+    "WRITER_FORMAT_VERSION",
+    "SyntheticSpec",
+    "default_cache_dir",
+    "ensure_synthetic_dataset",
+    "read_frame_camera",
+    "read_frame_identity",
+    "write_synthetic_dataset",
+]
