@@ -1,0 +1,270 @@
+"""The decoder seam: one opened clip, frames at timestamps, shared matching and conversion."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Literal, Protocol, Self, TypeAlias, runtime_checkable
+
+import numpy as np
+import torch
+
+from episodestream.errors import DecodeError, FrameNotFoundError
+
+__all__ = [
+    "DEFAULT_FFMPEG_THREADS",
+    "DEFAULT_SEEK_MODE",
+    "DEFAULT_TOLERANCE_S",
+    "BackendName",
+    "ClipSource",
+    "Decoder",
+    "SeekMode",
+    "nearest_frame_indices",
+    "to_float",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: LeRobot's default tolerance between a requested timestamp and a frame's time (seconds).
+DEFAULT_TOLERANCE_S = 1e-4
+#: FFmpeg decode threads per decoder. Measured (docs/BENCHMARKS.md, "Decoding"): for small g=2
+#: AV1 clips accessed at random, 1 thread beats FFmpeg's automatic count, whose frame threading
+#: adds pipeline latency to every seek; parallelism comes from decoding clips concurrently.
+DEFAULT_FFMPEG_THREADS = 1
+#: torchcodec seek mode. Measured (docs/BENCHMARKS.md): "approximate" skips torchcodec's scan of
+#: the clip; frames are still exact because we address them by their own presentation times.
+DEFAULT_SEEK_MODE: SeekMode = "approximate"
+
+BackendName: TypeAlias = Literal["auto", "torchcodec", "pyav"]
+SeekMode: TypeAlias = Literal["exact", "approximate"]
+#: A clip: its encoded bytes (bytes, bytearray, memoryview, 1-D uint8 CPU tensor) or a local path.
+ClipSource: TypeAlias = bytes | bytearray | memoryview | torch.Tensor | str | os.PathLike[str]
+
+# how many timestamps a FrameNotFoundError message spells out
+_MAX_REPORTED = 5
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """One opened clip. Used by one thread at a time (a second concurrent caller gets
+    :class:`DecodeError`); see :class:`DecoderPool` for sharing decoders between threads.
+
+    Times are in the clip's own time base: presentation time stamps in seconds, as the
+    container states them (a caller holding a clip cut from a larger file subtracts the clip's
+    time offset first).
+    """
+
+    @property
+    def name(self) -> str:
+        """A label for the clip (used in error messages), e.g. ``"episode 3 / cam_high"``."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory the decoder holds: encoded bytes plus decoder frame buffers."""
+        ...
+
+    @property
+    def width(self) -> int:
+        """Frame width in pixels."""
+        ...
+
+    @property
+    def height(self) -> int:
+        """Frame height in pixels."""
+        ...
+
+    def frame_times(self) -> np.ndarray:
+        """Presentation times (float64 seconds) of every frame, ascending; read-only."""
+        ...
+
+    def frames_at(
+        self,
+        timestamps_s: Sequence[float] | np.ndarray,
+        *,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+    ) -> torch.Tensor:
+        """The frames nearest to ``timestamps_s`` as uint8 ``N x C x H x W`` (RGB).
+
+        Raises:
+            FrameNotFoundError: a timestamp has no frame strictly within ``tolerance_s``.
+            DecodeError: the clip cannot be decoded, or the decoder is closed or busy.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the decoder and its bytes; idempotent."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+def to_float(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 frames as float32 in [0, 1], computed exactly as LeRobot does (``x / 255``)."""
+    if frames.dtype != torch.uint8:
+        raise TypeError(f"to_float expects uint8 frames, got {frames.dtype}")
+    return frames.to(torch.float32) / 255
+
+
+def nearest_frame_indices(
+    frame_times_s: np.ndarray,
+    timestamps_s: Sequence[float] | np.ndarray,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    *,
+    name: str = "clip",
+) -> np.ndarray:
+    """Index (into ``frame_times_s``, ascending) of the frame nearest each timestamp.
+
+    A timestamp matches when its distance to the nearest frame is strictly below
+    ``tolerance_s`` (LeRobot's rule); on a tie the earlier frame wins.
+
+    Raises:
+        FrameNotFoundError: some timestamp has no frame within tolerance; the message lists
+            those timestamps with the frame times on either side.
+        ValueError: ``timestamps_s`` is not one-dimensional or ``tolerance_s`` is not positive.
+    """
+    if not (tolerance_s > 0 and math.isfinite(tolerance_s)):
+        raise ValueError(f"tolerance_s must be a positive finite number, got {tolerance_s!r}")
+    query = np.asarray(timestamps_s, dtype=np.float64)
+    if query.ndim != 1:
+        raise ValueError(f"timestamps_s must be one-dimensional, got shape {query.shape}")
+    times = frame_times_s
+    count = len(times)
+    if count == 0:
+        raise FrameNotFoundError(f"{name}: the clip has no frames")
+    if query.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    after = np.searchsorted(times, query)
+    before = np.clip(after - 1, 0, count - 1)
+    after = np.clip(after, 0, count - 1)
+    pick = np.where(np.abs(times[after] - query) < np.abs(times[before] - query), after, before)
+    distance = np.abs(times[pick] - query)
+    bad = ~(distance < tolerance_s)  # NaN timestamps count as bad
+    if bad.any():
+        raise FrameNotFoundError(_not_found_message(name, times, query[bad], tolerance_s))
+    return pick.astype(np.int64, copy=False)
+
+
+def _not_found_message(name: str, times: np.ndarray, bad: np.ndarray, tolerance_s: float) -> str:
+    parts = []
+    for t in bad[:_MAX_REPORTED]:
+        at = int(np.searchsorted(times, t)) if math.isfinite(t) else 0
+        near = times[max(at - 1, 0) : at + 1]
+        parts.append(f"{t:.6f} s (nearest frames at {', '.join(f'{x:.6f}' for x in near)} s)")
+    more = f" and {len(bad) - _MAX_REPORTED} more" if len(bad) > _MAX_REPORTED else ""
+    return (
+        f"{name}: no frame within {tolerance_s:g} s of {len(bad)} timestamp(s): "
+        f"{'; '.join(parts)}{more}; the clip has {len(times)} frames from {times[0]:.6f} s "
+        f"to {times[-1]:.6f} s"
+    )
+
+
+def validate_frame_times(frame_times_s: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
+    """``frame_times_s`` as a read-only, strictly increasing float64 array, or DecodeError."""
+    times = np.array(frame_times_s, dtype=np.float64)
+    if times.ndim != 1 or times.size == 0:
+        raise DecodeError(f"{name}: frame times must be a non-empty 1-D sequence")
+    if not np.all(np.isfinite(times)) or np.any(np.diff(times) <= 0):
+        raise DecodeError(f"{name}: frame times must be finite and strictly increasing")
+    times.flags.writeable = False
+    return times
+
+
+def probe_points(frame_times_s: np.ndarray) -> np.ndarray:
+    """A time inside each frame's display interval, clear of float rounding at its start.
+
+    Time-based seeking returns the frame displayed at a time; asking at a frame's exact pts
+    may round to the previous tick, so ask halfway to the next frame (the last frame: half the
+    smallest frame interval after it).
+    """
+    if len(frame_times_s) == 1:
+        return frame_times_s + 1e-6
+    gaps = np.diff(frame_times_s)
+    half = np.append(gaps, gaps.min()) / 2
+    return frame_times_s + half
+
+
+class UseGuard:
+    """Detects a decoder used by two threads at once (a bug in the caller) instead of letting
+    FFmpeg state be corrupted silently."""
+
+    __slots__ = ("_lock", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._lock = threading.Lock()
+        self._name = name
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise DecodeError(
+                f"{self._name}: decoder used by two threads at once; lease decoders from a "
+                "DecoderPool or give each thread its own"
+            )
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until no call is in progress (True), or ``timeout_s`` passes (False)."""
+        if self._lock.acquire(timeout=timeout_s):
+            self._lock.release()
+            return True
+        return False
+
+
+def source_label(source: ClipSource, name: str | None) -> str:
+    """A name for error messages: the caller's, else the path, else the byte count."""
+    if name is not None:
+        return name
+    if isinstance(source, str | os.PathLike):
+        return os.fspath(source)
+    return f"<clip of {source_nbytes(source)} bytes>"
+
+
+def source_nbytes(source: ClipSource) -> int:
+    """Encoded size of a bytes-like source; a path's file size."""
+    if isinstance(source, torch.Tensor):
+        return source.numel() * source.element_size()
+    if isinstance(source, memoryview):
+        return source.nbytes
+    if isinstance(source, bytes | bytearray):
+        return len(source)
+    try:
+        return os.stat(source).st_size
+    except OSError:
+        return 0
+
+
+def check_source(source: ClipSource, name: str) -> None:
+    """DecodeError for an empty clip or a path that does not exist; TypeError for a wrong type."""
+    if isinstance(source, torch.Tensor):
+        if source.dtype != torch.uint8 or source.dim() != 1 or source.device.type != "cpu":
+            raise TypeError(
+                f"{name}: a tensor clip must be 1-D uint8 on the CPU, got {source.dtype} "
+                f"{tuple(source.shape)} on {source.device}"
+            )
+    elif isinstance(source, str | os.PathLike):
+        if not os.path.isfile(source):
+            raise DecodeError(f"{name}: no such clip file")
+    elif not isinstance(source, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"{name}: clip must be bytes, bytearray, memoryview, a uint8 tensor or a path, "
+            f"got {type(source).__name__}"
+        )
+    if source_nbytes(source) == 0:
+        raise DecodeError(f"{name}: the clip is empty (0 bytes)")
+
+
+def log_open(backend: str, name: str, frames: int, width: int, height: int) -> None:
+    _LOG.debug("opened %s decoder for %s: %d frames %dx%d", backend, name, frames, width, height)

@@ -1,0 +1,288 @@
+"""torchcodec backend: the default decoder (CPU, or CUDA when asked and available)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import torch
+
+from episodestream.decode._base import (
+    DEFAULT_FFMPEG_THREADS,
+    DEFAULT_SEEK_MODE,
+    DEFAULT_TOLERANCE_S,
+    ClipSource,
+    SeekMode,
+    UseGuard,
+    check_source,
+    log_open,
+    nearest_frame_indices,
+    probe_points,
+    source_label,
+    source_nbytes,
+    validate_frame_times,
+)
+from episodestream.decode._pyav import demux_frame_times
+from episodestream.errors import DecodeError
+
+__all__ = ["TorchcodecDecoder", "torchcodec_unavailable_reason"]
+
+_LOG = logging.getLogger(__name__)
+
+# see _pyav._STATE_FRAMES: frames of YUV 4:2:0 decoder state counted in nbytes
+_STATE_FRAMES = 10
+_CLOSE_WAIT_S = 30.0
+# a returned frame's pts may differ from the one asked for by float rounding only
+_PTS_SLACK_S = 1e-6
+_SEEK_MODES = ("exact", "approximate")
+
+
+@functools.cache
+def torchcodec_unavailable_reason() -> str | None:
+    """Why torchcodec cannot be used here (import failure, missing FFmpeg), or None."""
+    try:
+        import torchcodec.decoders  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _resolve_device(device: str | torch.device, name: str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"{name}: device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if not torch.cuda.is_available():
+        raise DecodeError(
+            f"{name}: device={str(device)!r} asked for, but CUDA is not available to torch "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use device='cpu'"
+        )
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DecodeError(
+            f"{name}: {dev} asked for, but only {torch.cuda.device_count()} CUDA device(s) exist"
+        )
+    return dev
+
+
+def _as_tensor(source: bytes | bytearray | memoryview | torch.Tensor) -> torch.Tensor:
+    if isinstance(source, torch.Tensor):
+        return source
+    with warnings.catch_warnings():
+        # torch warns that a bytes object is not writable; the decoder only reads it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(source, dtype=torch.uint8)
+
+
+class TorchcodecDecoder:
+    """Decodes a clip with torchcodec's ``VideoDecoder``, opened on the bytes without copying.
+
+    Frames are addressed by their own presentation times: the clip's frame times are read from
+    its packet headers when it opens (or taken from ``frame_times_s`` when the caller knows
+    them), timestamps are matched to them within tolerance, and every frame torchcodec returns
+    is checked to carry the expected time.
+
+    Args:
+        source: the clip's encoded bytes (bytes, bytearray, memoryview, 1-D uint8 CPU tensor)
+            or a local path.
+        device: "cpu" or "cuda[:N]" (NVDEC through torchcodec; DecodeError if unavailable).
+        threads: FFmpeg decode threads for CPU decoding (0 lets FFmpeg choose).
+        seek_mode: "approximate" opens without torchcodec's scan and seeks by time; "exact"
+            scans the clip and seeks by frame index. Both return the same frames.
+        name: label used in error messages.
+        frame_times_s: the clip's frame times if already known (e.g. from the manifest),
+            skipping the header read; must be the clip's true presentation times.
+    """
+
+    backend = "torchcodec"
+
+    def __init__(
+        self,
+        source: ClipSource,
+        *,
+        device: str | torch.device = "cpu",
+        threads: int = DEFAULT_FFMPEG_THREADS,
+        seek_mode: SeekMode = DEFAULT_SEEK_MODE,
+        name: str | None = None,
+        frame_times_s: Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        self._name = source_label(source, name)
+        self._closed = True
+        self._decoder: Any = None
+        self._source: Any = None
+        check_source(source, self._name)
+        if seek_mode not in _SEEK_MODES:
+            raise ValueError(f"seek_mode must be one of {_SEEK_MODES}, got {seek_mode!r}")
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        reason = torchcodec_unavailable_reason()
+        if reason is not None:
+            raise DecodeError(f"{self._name}: torchcodec cannot be loaded ({reason})")
+        self._device = _resolve_device(device, self._name)
+        self._seek_mode = seek_mode
+        if frame_times_s is not None:
+            self._times = validate_frame_times(frame_times_s, self._name)
+        else:
+            self._times = demux_frame_times(source, name=self._name)
+        self._probe = probe_points(self._times)
+        if isinstance(source, str | os.PathLike):
+            self._source = os.fspath(source)
+        else:
+            self._source = _as_tensor(source)  # keeps the bytes alive while torchcodec reads them
+        self._threads = threads
+        try:
+            self._decoder = self._open_video_decoder(seek_mode)
+        except DecodeError:
+            self._source = None
+            raise
+        meta = self._decoder.metadata
+        self._width = int(meta.width)
+        self._height = int(meta.height)
+        self._nbytes = source_nbytes(source) + _STATE_FRAMES * self._width * self._height * 3 // 2
+        self._guard = UseGuard(self._name)
+        self._closed = False
+        log_open(self.backend, self._name, len(self._times), self._width, self._height)
+
+    def _open_video_decoder(self, seek_mode: SeekMode) -> Any:
+        from torchcodec.decoders import VideoDecoder
+
+        try:
+            decoder = VideoDecoder(
+                self._source,
+                device=str(self._device),
+                num_ffmpeg_threads=self._threads,
+                seek_mode=seek_mode,
+                dimension_order="NCHW",
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise DecodeError(f"{self._name}: torchcodec cannot open the clip: {exc}") from exc
+        if seek_mode == "exact" and decoder.metadata.num_frames != len(self._times):
+            raise DecodeError(
+                f"{self._name}: torchcodec counts {decoder.metadata.num_frames} frames but the "
+                f"clip's packets list {len(self._times)}"
+            )
+        return decoder
+
+    # -- Decoder protocol -------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._closed else self._nbytes
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @property
+    def height(self) -> int:
+        return self._height
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def seek_mode(self) -> SeekMode:
+        return self._seek_mode
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def frame_times(self) -> np.ndarray:
+        return self._times
+
+    def frames_at(
+        self,
+        timestamps_s: Sequence[float] | np.ndarray,
+        *,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+    ) -> torch.Tensor:
+        if self._closed:
+            raise DecodeError(f"{self._name}: decoder is closed")
+        index = nearest_frame_indices(self._times, timestamps_s, tolerance_s, name=self._name)
+        with self._guard:
+            if self._closed:
+                raise DecodeError(f"{self._name}: decoder is closed")
+            if index.size == 0:
+                return torch.empty(
+                    (0, 3, self._height, self._width), dtype=torch.uint8, device=self._device
+                )
+            unique, inverse = np.unique(index, return_inverse=True)
+            batch = self._get_frames(unique)
+            if not self._times_match(batch, unique) and self._seek_mode == "approximate":
+                # Seeking by time can land on an open GOP's keyframe whose leading frames the
+                # decoder then drops; torchcodec's exact mode seeks by its own frame index.
+                _LOG.info(
+                    "%s: approximate seek returned the wrong frame; reopening in exact mode",
+                    self._name,
+                )
+                self._decoder = self._open_video_decoder("exact")
+                self._seek_mode = "exact"
+                batch = self._get_frames(unique)
+        if not self._times_match(batch, unique):
+            got = batch.pts_seconds.cpu().numpy()
+            raise DecodeError(
+                f"{self._name}: torchcodec returned frames at {got.round(6).tolist()[:5]} s "
+                f"instead of {self._times[unique].round(6).tolist()[:5]} s (frame times do not "
+                "match the clip)"
+            )
+        frames = batch.data
+        if not np.array_equal(unique, index):  # repeated or unsorted timestamps
+            frames = frames[torch.from_numpy(inverse).to(frames.device)]
+        return frames
+
+    def _get_frames(self, unique: np.ndarray) -> Any:
+        try:
+            if self._seek_mode == "exact":
+                return self._decoder.get_frames_at(indices=unique.tolist())
+            return self._decoder.get_frames_played_at(seconds=self._probe[unique].tolist())
+        except (RuntimeError, ValueError, IndexError) as exc:
+            raise DecodeError(
+                f"{self._name}: torchcodec failed to decode frames at "
+                f"{self._times[unique[:5]].round(6).tolist()} s: {exc}"
+            ) from exc
+
+    def _times_match(self, batch: Any, unique: np.ndarray) -> bool:
+        got = batch.pts_seconds.cpu().numpy()
+        expected = self._times[unique]
+        return got.shape == expected.shape and bool(
+            np.allclose(got, expected, rtol=0, atol=_PTS_SLACK_S)
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._guard.wait_idle(_CLOSE_WAIT_S):
+            _LOG.warning(
+                "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
+            )
+        # torchcodec frees FFmpeg state when its decoder object is collected
+        self._decoder = None
+        self._source = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._times)} frames"
+        return f"TorchcodecDecoder({self._name!r}, {state}, {self._seek_mode}, {self._device})"
