@@ -1,1 +1,555 @@
-"""pytest fixtures: storage."""
+"""pytest fixtures: storage — a fault-injecting HTTP server, a Hugging Face Hub stand-in, moto S3.
+
+All servers are real HTTP servers on loopback threads. The Hub stand-in binds its CDN on a
+different address (127.0.0.2) so "another host" is literally another host.
+"""
+
+from __future__ import annotations
+
+import collections
+import email.utils
+import hashlib
+import hmac
+import json
+import re
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+import pytest
+
+# A handler never sleeps longer than this, whatever a test asks, so a server thread cannot hang.
+MAX_STALL_SECONDS = 5.0
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the server saw it."""
+
+    path: str
+    query: str
+    headers: dict[str, str]
+    status: int | None = None
+    fault: str | None = None
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers.items():
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+@dataclass
+class Fault:
+    """One misbehaviour, applied to the next request for a path.
+
+    kinds: ``status`` (answer ``status`` with optional ``retry_after``), ``reset`` (send
+    ``after_bytes`` of the body, then a TCP reset), ``truncate`` (promise the full length, send
+    ``after_bytes``, close cleanly), ``stall`` (wait ``delay_seconds`` before the headers, then
+    answer normally), ``wrong_range`` (answer bytes shifted by ``shift`` with a matching
+    Content-Range), ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced
+    by ``data`` before this request is answered).
+    """
+
+    kind: Literal["status", "reset", "truncate", "stall", "wrong_range", "ignore_range", "replace"]
+    status: int = 503
+    retry_after: str | None = None
+    after_bytes: int = 0
+    delay_seconds: float = 0.0
+    shift: int = 1
+    data: bytes | None = None
+
+
+@dataclass
+class _File:
+    data: bytes
+    etag: str | None
+    last_modified: str | None
+
+
+def _serve_bytes(
+    handler: BaseHTTPRequestHandler,
+    entry: _File,
+    fault: Fault | None,
+    record: RecordedRequest,
+    *,
+    extra_headers: dict[str, str] | None = None,
+) -> None:
+    """Answer a GET for ``entry`` honouring Range and If-Range, with ``fault`` applied."""
+    data = entry.data
+    size = len(data)
+    range_header = handler.headers.get("Range")
+    if_range = handler.headers.get("If-Range")
+    if fault is not None and fault.kind == "stall":
+        time.sleep(min(fault.delay_seconds, MAX_STALL_SECONDS))
+    headers: dict[str, str] = {"Accept-Ranges": "bytes", **(extra_headers or {})}
+    if entry.etag:
+        headers["ETag"] = entry.etag
+    if entry.last_modified:
+        headers["Last-Modified"] = entry.last_modified
+    match = _RANGE.match(range_header or "")
+    use_range = match is not None and not (fault is not None and fault.kind == "ignore_range")
+    if use_range and if_range is not None and if_range not in (entry.etag, entry.last_modified):
+        use_range = False  # the validator does not match: the whole (new) file
+    if use_range:
+        assert match is not None
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) else size - 1
+        last = min(last, size - 1)
+        if first >= size or first > last:
+            headers["Content-Range"] = f"bytes */{size}"
+            _send_head(handler, 416, {**headers, "Content-Length": "0"}, record)
+            return
+        if fault is not None and fault.kind == "wrong_range":
+            first = min(first + fault.shift, size - 1)
+            last = min(last + fault.shift, size - 1)
+        body = data[first : last + 1]
+        headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        status = 206
+    else:
+        body = data
+        status = 200
+    headers["Content-Length"] = str(len(body))
+    _send_head(handler, status, headers, record)
+    if fault is not None and fault.kind in ("reset", "truncate"):
+        handler.wfile.write(body[: fault.after_bytes])
+        handler.wfile.flush()
+        handler.close_connection = True
+        if fault.kind == "reset":
+            # SO_LINGER 0: close() sends RST instead of FIN.
+            handler.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            handler.connection.close()
+        return
+    handler.wfile.write(body)
+
+
+def _send_head(
+    handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], record: RecordedRequest
+) -> None:
+    record.status = status
+    handler.send_response(status)
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+
+
+def _send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    payload: Any,
+    record: RecordedRequest,
+    headers: dict[str, str] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
+    _send_head(
+        handler,
+        status,
+        {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})},
+        record,
+    )
+    handler.wfile.write(body)
+
+
+class _LoopbackServer:
+    """A threaded HTTP/1.1 server on ``host`` whose requests go to ``app(handler, record)``."""
+
+    def __init__(
+        self,
+        host: str,
+        app: Callable[[BaseHTTPRequestHandler, RecordedRequest], None],
+        log: list[RecordedRequest],
+        lock: threading.Lock,
+    ) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 10  # an idle keep-alive connection is dropped, so no thread waits forever
+
+            def do_GET(self) -> None:
+                parts = urllib.parse.urlsplit(self.path)
+                record = RecordedRequest(
+                    urllib.parse.unquote(parts.path), parts.query, dict(self.headers.items())
+                )
+                with lock:
+                    log.append(record)
+                try:
+                    app(self, record)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    self.close_connection = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        self.host = host
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class FaultServer:
+    """Serves in-memory files with byte ranges; faults are queued per path."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, _File] = {}
+        self._faults: dict[str, collections.deque[Fault]] = {}
+        self._versions = 0
+        self.requests: list[RecordedRequest] = []
+        self._server = _LoopbackServer("127.0.0.1", self._handle, self.requests, self._lock)
+        self.url = self._server.url
+
+    def put(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        validators: Literal["etag", "last_modified", "none"] = "etag",
+    ) -> None:
+        """Serve ``data`` at ``/path`` with a fresh validator."""
+        with self._lock:
+            self._store(path, data, validators)
+
+    def _store(self, path: str, data: bytes, validators: str) -> None:
+        self._versions += 1
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        etag = f'"{digest}-{self._versions}"' if validators == "etag" else None
+        # Each version one second apart, so Last-Modified tells versions apart.
+        modified = (
+            email.utils.formatdate(1_700_000_000 + self._versions, usegmt=True)
+            if validators in ("etag", "last_modified")
+            else None
+        )
+        self._files[path.lstrip("/")] = _File(data, etag, modified)
+
+    def replace(self, path: str, data: bytes) -> None:
+        with self._lock:
+            old = self._files[path.lstrip("/")]
+            kind = "etag" if old.etag else ("last_modified" if old.last_modified else "none")
+            self._store(path, data, kind)
+
+    def inject(self, path: str, *faults: Fault) -> None:
+        """Apply ``faults``, in order, to the next requests for ``path``."""
+        with self._lock:
+            self._faults.setdefault(path.lstrip("/"), collections.deque()).extend(faults)
+
+    def requests_for(self, path: str) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path == "/" + path.lstrip("/")]
+
+    def _handle(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
+        path = record.path.lstrip("/")
+        with self._lock:
+            queue = self._faults.get(path)
+            fault = queue.popleft() if queue else None
+            if fault is not None and fault.kind == "replace":
+                old = self._files[path]
+                kind = "etag" if old.etag else "last_modified"
+                assert fault.data is not None
+                self._store(path, fault.data, kind)
+            entry = self._files.get(path)
+        record.fault = fault.kind if fault else None
+        if fault is not None and fault.kind == "status":
+            headers = {"Content-Length": "0"}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = fault.retry_after
+            _send_head(handler, fault.status, headers, record)
+            return
+        if entry is None:
+            _send_head(handler, 404, {"Content-Length": "0"}, record)
+            return
+        _serve_bytes(handler, entry, fault, record)
+
+    def close(self) -> None:
+        self._server.close()
+
+
+class HubStandIn:
+    """A local Hugging Face Hub: API + ``resolve`` on 127.0.0.1, signed-URL CDN on 127.0.0.2.
+
+    - Every Hub request needs ``Authorization: Bearer <token>`` (else 401).
+    - ``/datasets/{repo}/resolve/{rev}/{path}`` and ``/buckets/{id}/resolve/{path}`` answer
+      302 to the CDN host with ``?expires=…&signature=…`` (HMAC, lifetime ``ttl_seconds``).
+    - The CDN serves byte ranges with a strong ETag and answers 403 to an expired or forged
+      signature; it never needs the token.
+    - ``/api/datasets/{repo}/revision/{rev}`` gives the commit sha; ``/api/datasets/{repo}/tree/
+      {rev}/{path}?recursive=true`` and ``/api/buckets/{id}/tree/{path}`` list files,
+      ``page_size`` entries per page with a ``Link: <…>; rel="next"`` header.
+    """
+
+    def __init__(self, token: str = "hf_standin_secret_token_0123456789") -> None:
+        self.token = token
+        self.ttl_seconds = 3600.0
+        self.page_size = 3
+        self._clock_offset = 0.0
+        self._key = b"standin-signing-key"
+        self._lock = threading.Lock()
+        self._blobs: dict[str, bytes] = {}
+        self._commits: dict[str, dict[str, str]] = {}  # sha -> path -> blob id
+        self._refs: dict[tuple[str, str], str] = {}  # (repo, branch/tag) -> sha
+        self._repo_of_commit: dict[str, str] = {}
+        self._buckets: dict[str, dict[str, str]] = {}
+        self.hub_requests: list[RecordedRequest] = []
+        self.cdn_requests: list[RecordedRequest] = []
+        self._hub = _LoopbackServer("127.0.0.1", self._handle_hub, self.hub_requests, self._lock)
+        self._cdn = _LoopbackServer("127.0.0.2", self._handle_cdn, self.cdn_requests, self._lock)
+        self.endpoint = self._hub.url
+        self.cdn_url = self._cdn.url
+
+    # -- content
+
+    def _blob(self, data: bytes) -> str:
+        blob = hashlib.sha256(data).hexdigest()
+        self._blobs[blob] = data
+        return blob
+
+    def commit(self, repo_id: str, files: dict[str, bytes], *, ref: str = "main") -> str:
+        """Make a commit of ``files`` (the whole tree) on ``ref``; returns its sha."""
+        with self._lock:
+            tree = {path: self._blob(data) for path, data in files.items()}
+            sha = hashlib.sha1(
+                json.dumps([repo_id, ref, sorted(tree.items()), len(self._commits)]).encode()
+            ).hexdigest()
+            self._commits[sha] = tree
+            self._repo_of_commit[sha] = repo_id
+            self._refs[(repo_id, ref)] = sha
+            return sha
+
+    def put_bucket_file(self, bucket_id: str, path: str, data: bytes) -> None:
+        with self._lock:
+            self._buckets.setdefault(bucket_id, {})[path] = self._blob(data)
+
+    def expire_signatures(self) -> None:
+        """Move the CDN's clock past every signature issued so far."""
+        with self._lock:
+            self._clock_offset += self.ttl_seconds + 1
+
+    # -- signing
+
+    def _sign(self, blob: str, expires: int) -> str:
+        return hmac.new(self._key, f"{blob}:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def _signed_url(self, blob: str) -> str:
+        with self._lock:
+            now = time.time() + self._clock_offset
+        expires = int(now + self.ttl_seconds)
+        query = urllib.parse.urlencode({"expires": expires, "signature": self._sign(blob, expires)})
+        return f"{self.cdn_url}/blobs/{blob}?{query}"
+
+    # -- hub host
+
+    def _handle_hub(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
+        if record.header("Authorization") != f"Bearer {self.token}":
+            _send_json(handler, 401, {"error": "Invalid credentials"}, record)
+            return
+        path = record.path
+        query = urllib.parse.parse_qs(record.query)
+        match = re.match(r"^/api/datasets/([^/]+/[^/]+)/revision/(.+)$", path)
+        if match:
+            sha = self._lookup(match.group(1), match.group(2))
+            if sha is None:
+                _send_json(handler, 404, {"error": "Revision not found"}, record)
+            else:
+                _send_json(handler, 200, {"id": match.group(1), "sha": sha}, record)
+            return
+        match = re.match(r"^/api/datasets/([^/]+/[^/]+)/tree/([^/]+)/?(.*)$", path)
+        if match:
+            sha = self._lookup(match.group(1), match.group(2))
+            tree = self._commits.get(sha or "")
+            self._list(handler, record, tree, match.group(3), query)
+            return
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/tree/?(.*)$", path)
+        if match:
+            self._list(handler, record, self._buckets.get(match.group(1)), match.group(2), query)
+            return
+        match = re.match(r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if match:
+            sha = self._lookup(match.group(1), match.group(2))
+            blob = self._commits.get(sha or "", {}).get(match.group(3))
+            self._redirect(handler, record, blob, sha)
+            return
+        match = re.match(r"^/buckets/([^/]+/[^/]+)/resolve/(.+)$", path)
+        if match:
+            blob = self._buckets.get(match.group(1), {}).get(match.group(2))
+            self._redirect(handler, record, blob, None)
+            return
+        _send_json(handler, 404, {"error": "Not found"}, record)
+
+    def _lookup(self, repo_id: str, revision: str) -> str | None:
+        revision = urllib.parse.unquote(revision)
+        with self._lock:
+            if revision in self._commits and self._repo_of_commit[revision] == repo_id:
+                return revision
+            return self._refs.get((repo_id, revision))
+
+    def _redirect(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        blob: str | None,
+        sha: str | None,
+    ) -> None:
+        if blob is None:
+            _send_json(handler, 404, {"error": "Entry not found"}, record)
+            return
+        headers = {"Location": self._signed_url(blob), "Content-Length": "0"}
+        if sha:
+            headers["X-Repo-Commit"] = sha
+        _send_head(handler, 302, headers, record)
+
+    def _list(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        tree: dict[str, str] | None,
+        folder: str,
+        query: dict[str, list[str]],
+    ) -> None:
+        folder = folder.strip("/")
+        if tree is None:
+            _send_json(handler, 404, {"error": "Repository not found"}, record)
+            return
+        recursive = query.get("recursive", ["false"])[0] == "true"
+        prefix = folder + "/" if folder else ""
+        entries: list[dict[str, Any]] = []
+        folders: set[str] = set()
+        for path, blob in sorted(tree.items()):
+            if not path.startswith(prefix):
+                continue
+            rest = path[len(prefix) :]
+            parts = rest.split("/")
+            for depth in range(1, len(parts)):
+                if recursive or depth == 1:
+                    folders.add(prefix + "/".join(parts[:depth]))
+            if recursive or len(parts) == 1:
+                size = len(self._blobs[blob])
+                entries.append({"type": "file", "oid": blob[:40], "size": size, "path": path})
+        if folder and not entries and not folders:
+            _send_json(handler, 404, {"error": "Entry not found"}, record)
+            return
+        entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in folders]
+        entries.sort(key=lambda e: e["path"])
+        cursor = int(query.get("cursor", ["0"])[0])
+        page = entries[cursor : cursor + self.page_size]
+        headers = {}
+        if cursor + self.page_size < len(entries):
+            params = {
+                "recursive": "true" if recursive else "false",
+                "cursor": cursor + self.page_size,
+            }
+            headers["Link"] = f'<{record.path}?{urllib.parse.urlencode(params)}>; rel="next"'
+        _send_json(handler, 200, page, record, headers)
+
+    # -- cdn host
+
+    def _handle_cdn(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
+        match = re.match(r"^/blobs/([0-9a-f]{64})$", record.path)
+        query = urllib.parse.parse_qs(record.query)
+        if match is None:
+            _send_head(handler, 404, {"Content-Length": "0"}, record)
+            return
+        blob = match.group(1)
+        try:
+            expires = int(query["expires"][0])
+            signature = query["signature"][0]
+        except (KeyError, ValueError, IndexError):
+            _send_head(handler, 403, {"Content-Length": "0"}, record)
+            return
+        with self._lock:
+            now = time.time() + self._clock_offset
+            data = self._blobs.get(blob)
+        if expires < now or not hmac.compare_digest(signature, self._sign(blob, expires)):
+            _send_head(handler, 403, {"Content-Length": "0"}, record)
+            return
+        if data is None:
+            _send_head(handler, 404, {"Content-Length": "0"}, record)
+            return
+        _serve_bytes(handler, _File(data, f'"{blob}"', None), None, record)
+
+    def close(self) -> None:
+        self._hub.close()
+        self._cdn.close()
+
+
+@dataclass
+class S3Stand:
+    """A moto S3 server on loopback and the options that reach it."""
+
+    endpoint_url: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+
+
+@pytest.fixture
+def fault_server() -> Iterator[FaultServer]:
+    """A fresh fault-injecting HTTP server (see :class:`Fault`)."""
+    server = FaultServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def hub_standin() -> Iterator[HubStandIn]:
+    """A fresh Hugging Face Hub stand-in (Hub API + resolve on 127.0.0.1, CDN on 127.0.0.2)."""
+    standin = HubStandIn()
+    try:
+        yield standin
+    finally:
+        standin.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Stand]:
+    """A moto S3-compatible server in a thread, for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield S3Stand(
+            endpoint,
+            {
+                "key": "testing",
+                "secret": "testing",
+                "endpoint_url": endpoint,
+                "client_kwargs": {"region_name": "us-east-1"},
+            },
+        )
+    finally:
+        server.stop()

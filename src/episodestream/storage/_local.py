@@ -1,23 +1,28 @@
-"""Local-disk range reader: ``os.pread`` on cached descriptors, never whole-file reads."""
+"""Local-disk range reader: ``os.pread`` of exactly the bytes asked, never whole-file reads."""
 
 from __future__ import annotations
 
+import email.utils
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
-from episodestream.storage._base import ReadRequest
+from episodestream.errors import InvalidResponse, NotFound, StorageError
+from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
 
 __all__ = ["LocalRangeReader"]
 
 
 class LocalRangeReader:
-    """Reads ranges of files under a local ``root`` folder."""
+    """Reads ranges of files under a local ``root`` folder.
+
+    Paths are checked lexically (no ``..`` out of the root, no absolute paths); symbolic links
+    inside the root are followed, so a Hugging Face cache snapshot (links into ``blobs/``) works.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self._root = Path(root).resolve()
+        self._root = Path(os.path.abspath(os.fspath(root)))
         self._lock = threading.Lock()
         self._bytes_read = 0
         self._requests = 0
@@ -26,20 +31,35 @@ class LocalRangeReader:
     def root(self) -> Path:
         return self._root
 
-    def _resolve(self, path: str) -> Path:
-        full = (self._root / path).resolve()
-        if full != self._root and self._root not in full.parents:
-            raise LocationError(f"path {path!r} escapes the dataset root {str(self._root)!r}")
-        return full
+    def __repr__(self) -> str:
+        return f"LocalRangeReader({str(self._root)!r})"
 
-    def size(self, path: str) -> int:
+    def __getstate__(self) -> dict[str, object]:
+        return {"_root": self._root}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["_root"])  # type: ignore[misc, arg-type]
+
+    def _resolve(self, path: str) -> Path:
+        clean = normalize_relative_path(path)
+        return self._root / clean if clean else self._root
+
+    def file_info(self, path: str) -> FileInfo:
+        """Size, and the mtime as an HTTP-date (as nginx would send it as Last-Modified)."""
         full = self._resolve(path)
         try:
-            return full.stat().st_size
+            stat = full.stat()
         except FileNotFoundError as error:
             raise NotFound(f"{full}: no such file") from error
         except OSError as error:
             raise StorageError(f"{full}: {error}") from error
+        if not full.is_file():
+            raise NotFound(f"{full}: not a regular file")
+        modified = email.utils.formatdate(int(stat.st_mtime), usegmt=True)
+        return FileInfo(stat.st_size, None, modified)
+
+    def size(self, path: str) -> int:
+        return self.file_info(path).size
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         request = ReadRequest(path, offset, length)
@@ -63,12 +83,16 @@ class LocalRangeReader:
                 parts.append(chunk)
                 position += len(chunk)
                 remaining -= len(chunk)
+        except OSError as error:
+            raise StorageError(
+                f"{full}: bytes {request.offset}-{request.end - 1}: {error}"
+            ) from error
         finally:
             os.close(fd)
         with self._lock:
             self._bytes_read += length
             self._requests += 1
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
         return [self.read(r.path, r.offset, r.length) for r in requests]
@@ -77,9 +101,13 @@ class LocalRangeReader:
         folder = self._resolve(prefix)
         if not folder.is_dir():
             return []
-        return sorted(
-            str(p.relative_to(self._root)) for p in folder.rglob("*") if p.is_file()
-        )
+        found = []
+        for directory, _, names in os.walk(folder, followlinks=False):
+            for name in names:
+                full = Path(directory) / name
+                if full.is_file():
+                    found.append(full.relative_to(self._root).as_posix())
+        return sorted(found)
 
     def metrics(self) -> dict[str, float | int]:
         with self._lock:

@@ -1,0 +1,1003 @@
+"""Native HTTP(S) range reader on urllib3 (chosen by measurement: docs/HTTP_CLIENTS.md).
+
+One exchange = one ``GET`` with a single ``Range``. Every answer is checked before a byte of it is
+trusted: status, ``Content-Range`` start/end/total, body length and the file's validator (ETag or
+Last-Modified), pinned at first contact and sent back as ``If-Range``. Failures that may pass
+(connection errors, timeouts, short bodies, 408/425/429/5xx) are retried under a
+:class:`RetryPolicy`; a short body resumes from the first missing byte. Redirects are followed by
+hand, so each file's target is resolved once and cached (re-resolved once on 403, e.g. an expired
+signed URL), and credentials go only to the origin they were given for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import (
+    EmptyPoolError,
+    HTTPError,
+    ReadTimeoutError,
+    SSLError,
+)
+from urllib3.exceptions import (
+    TimeoutError as Urllib3TimeoutError,
+)
+
+from episodestream.errors import (
+    InvalidResponse,
+    NotFound,
+    RangeNotSupported,
+    StaleSourceError,
+    StorageError,
+    StorageTimeout,
+)
+from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
+from episodestream.storage._config import (
+    DEFAULT_LIMITS,
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUTS,
+    Limits,
+    RetryPolicy,
+    Timeouts,
+)
+from episodestream.storage._urls import origin_of, redact_url
+
+__all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
+
+logger = logging.getLogger(__name__)
+
+# A server that ignores Range sends the whole file from byte 0: we stream past at most this many
+# bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
+DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
+MAX_REDIRECTS = 5
+# Error bodies, redirect bodies and API documents are read whole only up to this size.
+MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
+_READ_CHUNK_BYTES = 1024 * 1024
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+_USER_AGENT = "episodestream/0.1 (urllib3)"
+
+
+class _Metrics:
+    """Thread-safe counters and time sums; ``snapshot`` is the reader's ``metrics()``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, float | int] = {}
+
+    def add(self, name: str, amount: float | int = 1) -> None:
+        with self._lock:
+            self._values[name] = self._values.get(name, 0) + amount
+
+    def snapshot(self) -> dict[str, float | int]:
+        base: dict[str, float | int] = {
+            "requests": 0,
+            "bytes": 0,
+            "bytes_returned": 0,
+            "reads": 0,
+            "retries": 0,
+            "resumes": 0,
+            "redirects": 0,
+            "reresolves": 0,
+            "connections": 0,
+            "connect_seconds": 0.0,
+            "headers_seconds": 0.0,
+            "first_byte_seconds": 0.0,
+            "body_seconds": 0.0,
+            "coalesced_requests": 0,
+            "split_parts": 0,
+            "failures": 0,
+        }
+        with self._lock:
+            base.update(self._values)
+        return base
+
+
+class _TimedHTTPConnection(HTTPConnection):
+    """Counts connection set-ups and their time into the owning reader's metrics."""
+
+    def __init__(self, *args: Any, es_metrics: _Metrics | None = None, **kwargs: Any) -> None:
+        self._es_metrics = es_metrics
+        super().__init__(*args, **kwargs)
+
+    def connect(self) -> None:
+        started = time.perf_counter()
+        super().connect()
+        if self._es_metrics is not None:
+            self._es_metrics.add("connections")
+            self._es_metrics.add("connect_seconds", time.perf_counter() - started)
+
+
+class _TimedHTTPSConnection(HTTPSConnection):
+    def __init__(self, *args: Any, es_metrics: _Metrics | None = None, **kwargs: Any) -> None:
+        self._es_metrics = es_metrics
+        super().__init__(*args, **kwargs)
+
+    def connect(self) -> None:
+        started = time.perf_counter()
+        super().connect()
+        if self._es_metrics is not None:
+            self._es_metrics.add("connections")
+            self._es_metrics.add("connect_seconds", time.perf_counter() - started)
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _TimedHTTPConnection  # type: ignore[assignment]
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _TimedHTTPSConnection  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class _FileState:
+    """What the reader knows of one file; fields change only under the reader's lock."""
+
+    url: str
+    target: str | None = None  # cached redirect target (None: ask ``url``)
+    size: int | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class _Retry(Exception):  # internal control flow, never escapes the reader
+    """One attempt failed in a way worth retrying; carries the typed error to raise at the end."""
+
+    def __init__(
+        self, error: StorageError, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.status = status
+        self.retry_after = retry_after
+
+
+class HttpRangeReader:
+    """Exact byte ranges of the files under an HTTP(S) base URL.
+
+    Args:
+        base_url: the dataset root, e.g. ``"https://host/datasets/x"``; a file's URL is
+            ``base_url + "/" + quote(path)``.
+        token: sent as ``Authorization: Bearer …`` to the base URL's origin only.
+        headers: extra request headers, treated as credentials: sent to the base URL's origin
+            only, never after a redirect to another host.
+        timeouts, limits, retry: see :class:`Timeouts`, :class:`Limits`, :class:`RetryPolicy`.
+        failure_log: a JSONL file to which every failed or retried attempt is appended
+            (URL without query, range, attempt, error, delay) — never a credential.
+        max_skip_bytes: a server that ignores ``Range`` is read past at most this many bytes to
+            reach a range (streamed, never buffered); further on, :class:`RangeNotSupported`.
+        verify: TLS certificate verification: ``True``, ``False`` or a CA bundle path.
+        seed: seeds the backoff jitter (tests); ``None`` draws from the OS.
+
+    Thread-safe; ``read_many`` runs on a bounded pool of ``limits.max_concurrency`` threads,
+    joined by :meth:`close`. Pickles without sockets or threads; pinned validators and resolved
+    redirects travel with it.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        limits: Limits = DEFAULT_LIMITS,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        failure_log: str | os.PathLike[str] | None = None,
+        max_skip_bytes: int = DEFAULT_MAX_SKIP_BYTES,
+        verify: bool | str = True,
+        seed: int | None = None,
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StorageError(f"not an http(s) URL: {redact_url(base_url)!r}")
+        self._base_url = base_url.rstrip("/")
+        credentials = dict(headers or {})
+        if token:
+            credentials["Authorization"] = f"Bearer {token}"
+        self._credentials = credentials
+        self._auth_origin = origin_of(self._base_url)
+        self._timeouts = timeouts
+        self._limits = limits
+        self._retry = retry
+        self._failure_log = None if failure_log is None else Path(failure_log)
+        self._max_skip_bytes = max_skip_bytes
+        self._verify = verify
+        self._seed = seed
+        self._files: dict[str, _FileState] = {}
+        self._init_runtime()
+
+    # ----------------------------------------------------------------- lifecycle and pickling
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self._pools: dict[tuple[str, str, int], HTTPConnectionPool] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._metrics = _Metrics()
+        self._rng = random.Random(self._seed)
+        self._timeout = urllib3.Timeout(
+            connect=self._timeouts.connect_seconds, read=self._timeouts.read_seconds
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {
+            key: value
+            for key, value in self.__dict__.items()
+            if key
+            not in {
+                "_lock",
+                "_log_lock",
+                "_stop",
+                "_closed",
+                "_pools",
+                "_executor",
+                "_metrics",
+                "_rng",
+                "_timeout",
+            }
+        }
+        with self._lock:
+            state["_files"] = {
+                path: _FileState(f.url, f.target, f.size, f.etag, f.last_modified)
+                for path, f in self._files.items()
+            }
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def __repr__(self) -> str:
+        # Never the credentials.
+        return f"{type(self).__name__}({redact_url(self._base_url)!r})"
+
+    def __enter__(self) -> HttpRangeReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop waiting retries, join the worker threads and close every connection."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            executor, self._executor = self._executor, None
+            pools, self._pools = list(self._pools.values()), {}
+        self._stop.set()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        for pool in pools:
+            pool.close()
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    # ----------------------------------------------------------------------- public reads
+
+    def size(self, path: str) -> int:
+        """Size in bytes of the file at ``path`` (one 1-byte range request, then cached)."""
+        return self.file_info(path).size
+
+    def file_info(self, path: str) -> FileInfo:
+        """Size and validators of ``path`` as first seen (pinned) by this reader."""
+        state = self._state(normalize_relative_path(path))
+        with self._lock:
+            known = state.size
+        if known is None:
+            self._probe(state)
+        with self._lock:
+            assert state.size is not None
+            return FileInfo(state.size, state.etag, state.last_modified)
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of ``path``: exactly ``length`` bytes or an error."""
+        ReadRequest(path, offset, length)  # validates the numbers
+        state = self._state(normalize_relative_path(path))
+        self._metrics.add("reads")
+        if length == 0:
+            return b""
+        buffer = bytearray(length)
+        parts = self._split(offset, length)
+        if len(parts) == 1:
+            self._fetch_into(state, offset, memoryview(buffer))
+        else:
+            view = memoryview(buffer)
+            self._run_all(
+                [
+                    (
+                        lambda s=start, n=size: self._fetch_into(
+                            state, s, view[s - offset : s - offset + n]
+                        )
+                    )
+                    for start, size in parts
+                ]
+            )
+        self._metrics.add("bytes_returned", length)
+        return bytes(buffer)
+
+    def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
+        """All ``requests``, concurrently; results in request order.
+
+        Ranges of one file that touch or lie within ``limits.coalesce_gap_bytes`` of each other
+        are fetched as one request (up to ``limits.coalesce_max_bytes``); long ranges are split
+        into parallel sub-ranges. The first error cancels what has not started and is raised
+        once everything started has finished.
+        """
+        requests = list(requests)
+        results: list[bytes] = [b""] * len(requests)
+        groups: dict[str, list[int]] = {}
+        states: dict[str, _FileState] = {}
+        for index, request in enumerate(requests):
+            clean = normalize_relative_path(request.path)
+            if clean not in states:
+                states[clean] = self._state(clean)
+            if request.length:
+                groups.setdefault(clean, []).append(index)
+        self._metrics.add("reads", len(requests))
+        units: list[tuple[_FileState, int, bytearray, list[int]]] = []
+        for clean, indices in groups.items():
+            for start, end, members in self._coalesce(requests, indices):
+                units.append((states[clean], start, bytearray(end - start), members))
+                if len(members) > 1:
+                    self._metrics.add("coalesced_requests", len(members) - 1)
+        tasks: list[Callable[[], None]] = []
+        for state, start, buffer, _ in units:
+            view = memoryview(buffer)
+            for part_start, part_size in self._split(start, len(buffer)):
+                low = part_start - start
+                tasks.append(
+                    lambda st=state, s=part_start, v=view[low : low + part_size]: self._fetch_into(
+                        st, s, v
+                    )
+                )
+        self._run_all(tasks)
+        for _, start, buffer, members in units:
+            view = memoryview(buffer)
+            for index in members:
+                request = requests[index]
+                low = request.offset - start
+                results[index] = bytes(view[low : low + request.length])
+        self._metrics.add("bytes_returned", sum(r.length for r in requests))
+        return results
+
+    def metrics(self) -> dict[str, float | int]:
+        """Counters since creation: requests, bytes (received), bytes_returned, retries, resumes,
+        redirects, reresolves, connections, failures, ``status_<code>`` counts, and time sums in
+        seconds: connect, headers (request sent → headers, includes connect), first_byte
+        (request sent → first body byte), body (first → last body byte)."""
+        return self._metrics.snapshot()
+
+    # ------------------------------------------------------------------------- planning
+
+    def _state(self, clean: str) -> _FileState:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            state = self._files.get(clean)
+            if state is None:
+                state = self._files[clean] = _FileState(self._url_for(clean))
+            return state
+
+    def _url_for(self, clean: str) -> str:
+        """The URL of relative path ``clean`` (subclasses map paths differently)."""
+        return f"{self._base_url}/{urllib.parse.quote(clean, safe='/')}"
+
+    def _split(self, offset: int, length: int) -> list[tuple[int, int]]:
+        """``[(start, size)]`` sub-ranges of one range, per ``limits.split_*``."""
+        threshold = self._limits.split_threshold_bytes
+        if threshold == 0 or length <= threshold:
+            return [(offset, length)]
+        part = self._limits.split_part_bytes
+        count = -(-length // part)
+        # Even parts, so the last one is not a straggler.
+        even = -(-length // count)
+        parts = [(offset + i * even, min(even, length - i * even)) for i in range(count)]
+        self._metrics.add("split_parts", len(parts))
+        return parts
+
+    def _coalesce(
+        self, requests: list[ReadRequest], indices: list[int]
+    ) -> list[tuple[int, int, list[int]]]:
+        """Merge ranges of one file into ``[(start, end, member indices)]``."""
+        gap = self._limits.coalesce_gap_bytes
+        ceiling = self._limits.coalesce_max_bytes
+        ordered = sorted(indices, key=lambda i: (requests[i].offset, requests[i].end))
+        merged: list[tuple[int, int, list[int]]] = []
+        for index in ordered:
+            request = requests[index]
+            if merged and gap >= 0:
+                start, end, members = merged[-1]
+                new_end = max(end, request.end)
+                if request.offset - end <= gap and new_end - start <= ceiling:
+                    merged[-1] = (start, new_end, [*members, index])
+                    continue
+            merged.append((request.offset, request.end, [index]))
+        return merged
+
+    def _run_all(self, tasks: list[Callable[[], None]]) -> None:
+        """Run tasks on the bounded pool (the only one inline); raise the first error."""
+        if not tasks:
+            return
+        if len(tasks) == 1:
+            tasks[0]()
+            return
+        executor = self._pool_executor()
+        futures: list[Future[None]] = [executor.submit(task) for task in tasks]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            for future in pending:
+                future.cancel()
+            wait(futures)  # everything already running finishes (bounded by its own timeouts)
+            error = failed[0].exception()
+            assert error is not None
+            raise error
+
+    def _pool_executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._limits.max_concurrency,
+                    thread_name_prefix="episodestream-http",
+                )
+            return self._executor
+
+    # ------------------------------------------------------------------------- transport
+
+    def _pool_for(self, url: str) -> HTTPConnectionPool:
+        scheme, host, port = origin = origin_of(url)
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            pool = self._pools.get(origin)
+            if pool is None:
+                common: dict[str, Any] = {
+                    "maxsize": self._limits.max_connections_per_host,
+                    "block": True,  # the per-host limit is a hard cap
+                    "timeout": self._timeout,
+                    "retries": False,
+                    "es_metrics": self._metrics,
+                }
+                if scheme == "https":
+                    tls: dict[str, Any] = {
+                        "cert_reqs": "CERT_REQUIRED" if self._verify else "CERT_NONE"
+                    }
+                    if isinstance(self._verify, str):
+                        tls["ca_certs"] = self._verify
+                    pool = _HTTPSPool(host, port, **common, **tls)
+                else:
+                    pool = _HTTPPool(host, port, **common)
+                self._pools[origin] = pool
+            return pool
+
+    def _headers_for(self, url: str) -> dict[str, str]:
+        headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+        if self._credentials and origin_of(url) == self._auth_origin:
+            headers.update(self._credentials)
+        return headers
+
+    def _send(self, url: str, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        """One GET whose response body is left unread; transport failures become ``_Retry``."""
+        pool = self._pool_for(url)
+        parts = urllib.parse.urlsplit(url)
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        started = time.perf_counter()
+        try:
+            response = pool.urlopen(
+                "GET",
+                target,
+                headers=headers,
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                timeout=self._timeout,
+                pool_timeout=self._timeouts.pool_seconds,
+                preload_content=False,
+                decode_content=False,
+                release_conn=False,
+            )
+        except EmptyPoolError as error:
+            raise _Retry(
+                StorageTimeout(
+                    f"{redact_url(url)}: no free connection within "
+                    f"{self._timeouts.pool_seconds} s (pool of "
+                    f"{self._limits.max_connections_per_host})"
+                )
+            ) from error
+        except SSLError as error:
+            # A certificate problem does not fix itself; do not retry.
+            raise StorageError(f"{redact_url(url)}: TLS error: {error}") from error
+        except (Urllib3TimeoutError, TimeoutError) as error:
+            raise _Retry(
+                StorageTimeout(f"{redact_url(url)}: timed out: {_describe(error)}")
+            ) from error
+        except (HTTPError, OSError) as error:
+            raise _Retry(
+                StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
+            ) from error
+        finally:
+            self._metrics.add("headers_seconds", time.perf_counter() - started)
+        self._metrics.add("requests")
+        self._metrics.add(f"status_{response.status}")
+        return response
+
+    @staticmethod
+    def _discard(response: urllib3.BaseHTTPResponse) -> None:
+        """Drop a response whose body we will not (fully) read: close its connection."""
+        response.close()
+        response.release_conn()
+
+    def _read_small_body(self, response: urllib3.BaseHTTPResponse, limit: int) -> bytes | None:
+        """The whole body if it is declared and small; else None (and the connection closed)."""
+        length = response.headers.get("Content-Length")
+        if length is None or not length.isdigit() or int(length) > limit:
+            self._discard(response)
+            return None
+        try:
+            body = response.read(int(length))
+        except (HTTPError, OSError):
+            self._discard(response)
+            return None
+        response.release_conn()
+        return body
+
+    # -------------------------------------------------------------------------- exchanges
+
+    def _probe(self, state: _FileState) -> None:
+        """Learn and pin size and validators with one ``bytes=0-0`` request.
+
+        A GET rather than a HEAD: signed CDN URLs are often valid for GET only.
+        """
+        self._fetch_into(state, 0, memoryview(bytearray(1)), probe=True)
+
+    def _fetch_into(
+        self, state: _FileState, offset: int, view: memoryview, *, probe: bool = False
+    ) -> None:
+        """Fill ``view`` with bytes ``[offset, offset + len(view))`` of the file, or raise."""
+        length = len(view)
+        end = offset + length
+        done = 0
+        attempt = 0
+        hops = 0
+        reresolved = False
+        started = time.monotonic()
+        while done < length:
+            if self._stop.is_set():
+                raise StorageError(f"{self!r} is closed")
+            start = offset + done
+            with self._lock:
+                url = state.target or state.url
+                if_range = _if_range(state)
+            headers = self._headers_for(url)
+            headers["Range"] = f"bytes={start}-{end - 1}"
+            if if_range:
+                headers["If-Range"] = if_range
+            sent = time.perf_counter()
+            try:
+                try:
+                    response = self._send(url, headers)
+                except _Retry as failure:
+                    failure.error.args = (f"{failure.error} (bytes {start}-{end - 1})",)
+                    raise
+                status = response.status
+                if status in _REDIRECTS:
+                    location = response.headers.get("Location")
+                    self._read_small_body(response, 64 * 1024)
+                    hops += 1
+                    if not location or hops > MAX_REDIRECTS:
+                        raise InvalidResponse(
+                            f"{redact_url(state.url)} bytes {start}-{end - 1}: "
+                            f"{'too many redirects' if location else 'redirect without Location'}"
+                        )
+                    with self._lock:
+                        state.target = urllib.parse.urljoin(url, location)
+                    self._metrics.add("redirects")
+                    continue
+                if status == 206:
+                    received, failure = self._take_partial(
+                        state, response, start, end, view[done:], sent
+                    )
+                    done += received
+                    if failure is None:
+                        continue
+                    if received:
+                        # Progress made: resume at once from the first missing byte.
+                        self._metrics.add("resumes")
+                        attempt = 0
+                    raise failure
+                if status == 200:
+                    done += self._take_whole(state, response, start, end, view[done:], probe, sent)
+                    if probe:
+                        return
+                    continue
+                if status == 416 and probe:
+                    total = _unsatisfied_total(response.headers.get("Content-Range"))
+                    self._read_small_body(response, 64 * 1024)
+                    if total == 0:
+                        self._pin(state, response.headers, 0, start, end)
+                        return
+                    raise InvalidResponse(
+                        f"{redact_url(state.url)}: HTTP 416 for bytes 0-0 of a file that is not "
+                        "empty"
+                    )
+                if status == 403 and state.target is not None and not reresolved:
+                    # A cached signed URL expired: ask the origin again, once.
+                    self._read_small_body(response, 64 * 1024)
+                    with self._lock:
+                        state.target = None
+                    reresolved = True
+                    self._metrics.add("reresolves")
+                    continue
+                self._raise_for_status(state, response, start, end)
+            except _Retry as failure:
+                attempt += 1
+                self._after_failure(state, start, end, attempt, started, failure)
+        return
+
+    def _take_partial(
+        self,
+        state: _FileState,
+        response: urllib3.BaseHTTPResponse,
+        start: int,
+        end: int,
+        view: memoryview,
+        sent: float,
+    ) -> tuple[int, _Retry | None]:
+        """Check a 206 and copy its body into ``view``: (bytes received, failure or None)."""
+        where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
+        content_range = response.headers.get("Content-Range", "")
+        match = _CONTENT_RANGE.match(content_range)
+        if match is None:
+            self._discard(response)
+            return 0, _Retry(InvalidResponse(f"{where}: 206 with Content-Range {content_range!r}"))
+        first, last = int(match.group(1)), int(match.group(2))
+        total = None if match.group(3) == "*" else int(match.group(3))
+        if first != start or last < first or last > end - 1:
+            self._discard(response)
+            return 0, _Retry(
+                InvalidResponse(f"{where}: server answered Content-Range {content_range!r}")
+            )
+        try:
+            self._pin(state, response.headers, total, start, end)
+        except StaleSourceError:
+            self._discard(response)
+            raise
+        expected = last - first + 1
+        declared = response.headers.get("Content-Length")
+        if declared is not None and declared.strip() != str(expected):
+            self._discard(response)
+            return 0, _Retry(
+                InvalidResponse(
+                    f"{where}: Content-Length {declared} does not match Content-Range "
+                    f"{content_range!r}"
+                )
+            )
+        encoding = response.headers.get("Content-Encoding", "identity").lower()
+        if encoding not in ("identity", ""):
+            self._discard(response)
+            raise InvalidResponse(f"{where}: body sent with Content-Encoding {encoding!r}")
+        received, failure = self._read_body(response, view[:expected], where, sent)
+        if failure is None:
+            response.release_conn()  # fully read: the connection is reusable
+        else:
+            self._discard(response)
+        return received, failure
+
+    def _take_whole(
+        self,
+        state: _FileState,
+        response: urllib3.BaseHTTPResponse,
+        start: int,
+        end: int,
+        view: memoryview,
+        probe: bool,
+        sent: float,
+    ) -> int:
+        """A 200 to a range request: a changed file (If-Range) or a server ignoring ranges."""
+        where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
+        declared = response.headers.get("Content-Length")
+        total = int(declared) if declared is not None and declared.strip().isdigit() else None
+        try:
+            self._pin(state, response.headers, total, start, end)
+        except StaleSourceError:
+            self._discard(response)
+            raise
+        if probe:
+            self._discard(response)
+            if total is None:
+                raise RangeNotSupported(
+                    f"{where}: server ignores Range and sends no Content-Length"
+                )
+            return 1
+        if start > self._max_skip_bytes:
+            self._discard(response)
+            raise RangeNotSupported(
+                f"{where}: server ignores Range (HTTP 200); reaching byte {start} would mean "
+                f"streaming past more than max_skip_bytes={self._max_skip_bytes}"
+            )
+        self._metrics.add("range_ignored")
+        try:
+            skipped = 0
+            while skipped < start:
+                chunk = response.read(min(_READ_CHUNK_BYTES, start - skipped))
+                if not chunk:
+                    break
+                skipped += len(chunk)
+                self._metrics.add("bytes", len(chunk))
+        except (HTTPError, OSError) as error:
+            self._discard(response)
+            raise _Retry(StorageError(f"{where}: {_describe(error)}")) from error
+        if skipped < start:
+            self._discard(response)
+            raise InvalidResponse(f"{where}: file ends at byte {skipped}")
+        received, failure = self._read_body(response, view, where, sent)
+        self._discard(response)  # the rest of the file is not wanted
+        if failure is not None:
+            raise failure
+        return received
+
+    def _read_body(
+        self, response: urllib3.BaseHTTPResponse, view: memoryview, where: str, sent: float
+    ) -> tuple[int, _Retry | None]:
+        """Copy up to ``len(view)`` body bytes; a short or broken body yields a ``_Retry``."""
+        wanted = len(view)
+        position = 0
+        first_at: float | None = None
+        deadline = time.monotonic() + max(
+            self._timeouts.read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND
+        )
+        failure: _Retry | None = None
+        try:
+            while position < wanted:
+                chunk = response.read(min(_READ_CHUNK_BYTES, wanted - position))
+                if not chunk:
+                    failure = _Retry(
+                        InvalidResponse(f"{where}: body ended after {position} of {wanted} bytes")
+                    )
+                    break
+                if first_at is None:
+                    first_at = time.perf_counter()
+                    self._metrics.add("first_byte_seconds", first_at - sent)
+                view[position : position + len(chunk)] = chunk
+                position += len(chunk)
+                if position < wanted and time.monotonic() > deadline:
+                    failure = _Retry(
+                        StorageTimeout(f"{where}: body slower than the attempt deadline")
+                    )
+                    break
+        except (Urllib3TimeoutError, ReadTimeoutError, TimeoutError) as error:
+            failure = _Retry(
+                StorageTimeout(
+                    f"{where}: no data for {self._timeouts.read_seconds} s after {position} of "
+                    f"{wanted} bytes"
+                )
+            )
+            failure.__cause__ = error
+        except (HTTPError, OSError) as error:
+            failure = _Retry(
+                StorageError(
+                    f"{where}: body broken after {position} of {wanted} bytes: {_describe(error)}"
+                )
+            )
+            failure.__cause__ = error
+        if first_at is not None:
+            self._metrics.add("body_seconds", time.perf_counter() - first_at)
+        self._metrics.add("bytes", position)
+        return position, failure
+
+    def _pin(
+        self,
+        state: _FileState,
+        headers: Mapping[str, str],
+        total: int | None,
+        start: int,
+        end: int,
+    ) -> None:
+        """Pin size and validators at first sight; later answers must agree."""
+        etag = headers.get("ETag")
+        last_modified = headers.get("Last-Modified")
+        with self._lock:
+            problems = []
+            if total is not None and state.size is not None and total != state.size:
+                problems.append(f"size {state.size} -> {total}")
+            if etag and state.etag and etag != state.etag:
+                problems.append(f"ETag {state.etag} -> {etag}")
+            elif (
+                last_modified
+                and state.last_modified
+                and last_modified != state.last_modified
+                and not (etag and state.etag)
+            ):
+                problems.append(f"Last-Modified {state.last_modified} -> {last_modified}")
+            if problems:
+                raise StaleSourceError(
+                    f"{redact_url(state.url)} changed while being read (bytes {start}-{end - 1}): "
+                    + ", ".join(problems)
+                )
+            if total is not None and state.size is None:
+                state.size = total
+            if etag and state.etag is None:
+                state.etag = etag
+            if last_modified and state.last_modified is None:
+                state.last_modified = last_modified
+
+    def _raise_for_status(
+        self,
+        state: _FileState,
+        response: urllib3.BaseHTTPResponse,
+        start: int | None,
+        end: int | None,
+    ) -> None:
+        status = response.status
+        where = redact_url(state.url)
+        if start is not None and end is not None:
+            where = f"{where} bytes {start}-{end - 1}"
+        headers = response.headers
+        self._read_small_body(response, 64 * 1024)
+        if self._retry.is_retryable_status(status):
+            raise _Retry(
+                StorageError(f"{where}: HTTP {status}"),
+                status=status,
+                retry_after=RetryPolicy.parse_retry_after(headers.get("Retry-After")),
+            )
+        if status in (404, 410):
+            raise NotFound(f"{where}: HTTP {status}, no such file")
+        if status in (401, 403):
+            hint = " (a token may be missing or lack access)" if status == 401 else ""
+            raise StorageError(f"{where}: HTTP {status}, access denied{hint}")
+        if status == 416:
+            total = _unsatisfied_total(headers.get("Content-Range"))
+            with self._lock:
+                known = state.size
+            if total is not None and known is not None and total != known:
+                raise StaleSourceError(f"{where}: file size changed from {known} to {total}")
+            size_text = f"{total} bytes" if total is not None else "unknown size"
+            raise InvalidResponse(f"{where}: range not satisfiable (file of {size_text})")
+        raise InvalidResponse(f"{where}: unexpected HTTP {status}")
+
+    def _after_failure(
+        self, state: _FileState, start: int, end: int, attempt: int, started: float, failure: _Retry
+    ) -> None:
+        """Log a failed attempt, then sleep before the next one or raise the typed error."""
+        elapsed = time.monotonic() - started
+        with self._lock:
+            delay = self._retry.next_delay(attempt, self._rng, failure.retry_after)
+        retrying = self._retry.should_retry(attempt, elapsed, delay)
+        self._metrics.add("retries" if retrying else "failures")
+        self._log_failure(state, start, end, attempt, failure, delay if retrying else None)
+        if not retrying:
+            error = failure.error
+            error.args = (f"{error} — gave up after {attempt} attempt(s) in {elapsed:.1f} s",)
+            raise error from failure.__cause__
+        logger.debug("retrying %s in %.2f s: %s", redact_url(state.url), delay, failure.error)
+        if self._stop.wait(delay):
+            raise StorageError(f"{self!r} was closed while waiting to retry") from failure.error
+
+    def _log_failure(
+        self,
+        state: _FileState,
+        start: int,
+        end: int,
+        attempt: int,
+        failure: _Retry,
+        delay: float | None,
+    ) -> None:
+        if self._failure_log is None:
+            return
+        record = {
+            "time": time.time(),
+            "url": redact_url(state.url),
+            "range": [start, end - 1],
+            "attempt": attempt,
+            "status": failure.status,
+            "error": type(failure.error).__name__,
+            "message": str(failure.error),
+            "retry": delay is not None,
+            "delay_seconds": delay,
+        }
+        line = json.dumps(record) + "\n"
+        with self._log_lock:
+            try:
+                with open(self._failure_log, "a", encoding="utf-8") as handle:
+                    handle.write(line)
+            except OSError as error:
+                logger.warning("cannot append to failure log %s: %s", self._failure_log, error)
+
+    # ----------------------------------------------------------------- small documents (API)
+
+    def _get_document(
+        self, url: str, *, max_bytes: int = MAX_SMALL_BODY_BYTES
+    ) -> tuple[bytes, Mapping[str, str]]:
+        """GET a small whole document (API JSON), with the same retries and auth rules."""
+        attempt = 0
+        hops = 0
+        started = time.monotonic()
+        state = _FileState(url)
+        while True:
+            if self._stop.is_set():
+                raise StorageError(f"{self!r} is closed")
+            try:
+                response = self._send(url, self._headers_for(url))
+                status = response.status
+                if status in _REDIRECTS:
+                    location = response.headers.get("Location")
+                    self._read_small_body(response, 64 * 1024)
+                    hops += 1
+                    if not location or hops > MAX_REDIRECTS:
+                        raise InvalidResponse(f"{redact_url(url)}: bad or endless redirects")
+                    url = urllib.parse.urljoin(url, location)
+                    continue
+                if status == 200:
+                    headers = response.headers
+                    body = self._read_small_body(response, max_bytes)
+                    if body is None:
+                        raise InvalidResponse(
+                            f"{redact_url(url)}: document without Content-Length or larger "
+                            f"than {max_bytes} bytes"
+                        )
+                    declared = int(headers["Content-Length"])
+                    if len(body) != declared:
+                        raise _Retry(
+                            InvalidResponse(
+                                f"{redact_url(url)}: body of {len(body)} of {declared} bytes"
+                            )
+                        )
+                    self._metrics.add("bytes", len(body))
+                    return body, headers
+                self._raise_for_status(state, response, None, None)
+            except _Retry as failure:
+                attempt += 1
+                self._after_failure(state, 0, 1, attempt, started, failure)
+
+
+# A body slower than this (after the first read timeout's worth of grace) fails the attempt,
+# so a trickling server cannot hold a read forever.
+_MIN_BODY_BYTES_PER_SECOND = 64 * 1024
+
+_REDIRECTS = _REDIRECT_STATUSES
+
+
+def _if_range(state: _FileState) -> str | None:
+    """The validator to send as If-Range: a strong ETag, else Last-Modified (RFC 9110 13.1.5)."""
+    if state.etag and not state.etag.startswith("W/"):
+        return state.etag
+    return state.last_modified
+
+
+def _unsatisfied_total(content_range: str | None) -> int | None:
+    match = _UNSATISFIED_RANGE.match(content_range or "")
+    return int(match.group(1)) if match else None
+
+
+def _describe(error: BaseException) -> str:
+    """A short description of a transport error, without URLs (they may carry signatures)."""
+    reason = getattr(error, "reason", None)
+    base = reason if isinstance(reason, BaseException) else error
+    text = str(base)
+    # urllib3 messages embed the pool repr or request URL; keep the exception kind and errno.
+    text = re.sub(r"https?://\S+", "<url>", text)
+    return f"{type(base).__name__}: {text}" if text else type(base).__name__

@@ -1,0 +1,181 @@
+"""Hugging Face Hub reader: dataset repos (revision pinned to a commit) and buckets.
+
+Files are read through the Hub's ``resolve`` URLs with the native HTTP reader; the Hub answers
+with a redirect to a CDN host carrying a signed, expiring query string. The token goes to the Hub
+endpoint only (the HTTP reader never sends credentials to another origin); an expired signature
+(403 from the CDN) makes the reader resolve the file again once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from typing import Any
+
+from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
+from episodestream.storage._base import normalize_relative_path
+from episodestream.storage._http import HttpRangeReader
+from episodestream.storage._location import Location
+
+__all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_token"]
+
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+_COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+_NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.IGNORECASE)
+# A tree listing is paginated; this bounds the pages followed (1,000 entries each on the Hub).
+_MAX_LIST_PAGES = 100_000
+
+
+def hub_token(token: str | bool | None = None) -> str | None:
+    """The Hub token to use: ``token`` if a str, none if ``False``, else the ambient login.
+
+    The ambient login is ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the file
+    ``huggingface_hub`` stores on ``hf auth login``: ``HF_TOKEN_PATH``, or ``token`` under
+    ``HF_HOME`` (default ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``).
+    """
+    if token is False:
+        return None
+    if isinstance(token, str) and token:
+        return token
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    path = os.environ.get("HF_TOKEN_PATH")
+    if not path:
+        cache = os.environ.get("XDG_CACHE_HOME", os.path.join("~", ".cache"))
+        home = os.environ.get("HF_HOME", os.path.join(cache, "huggingface"))
+        path = os.path.join(home, "token")
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as handle:
+            value = handle.read().strip()
+    except OSError:
+        return None
+    return value or None
+
+
+class HubRangeReader(HttpRangeReader):
+    """Byte ranges of the files of a Hub dataset repo or bucket, relative to its location.
+
+    Args:
+        location: an ``hf://datasets/…`` or ``hf://buckets/…`` root (str or :class:`Location`).
+        token: a token, ``False`` for none, or ``None`` for the ambient login (:func:`hub_token`).
+        endpoint: the Hub's base URL; default ``HF_ENDPOINT`` or ``https://huggingface.co``.
+        **http_options: passed to :class:`HttpRangeReader` (timeouts, limits, retry, …).
+
+    A dataset's revision (default ``main``) is resolved to its commit sha when the reader is
+    created — one API call — and every file is read at that commit, so a push during a run
+    changes nothing. Buckets are not versioned; there, the per-file validators pinned by the HTTP
+    reader catch a replaced file.
+    """
+
+    def __init__(
+        self,
+        location: str | Location,
+        *,
+        token: str | bool | None = None,
+        endpoint: str | None = None,
+        **http_options: Any,
+    ) -> None:
+        parsed = Location.parse(location)
+        if parsed.kind != "hub":
+            raise LocationError(f"not a Hub location: {parsed.url!r}")
+        endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT).rstrip("/")
+        super().__init__(endpoint, token=hub_token(token), **http_options)
+        self._location = parsed
+        self._commit: str | None = None
+        if parsed.repo_type == "datasets":
+            revision = parsed.revision or "main"
+            self._commit = revision if _COMMIT_SHA.match(revision) else self._resolve(revision)
+
+    @property
+    def location(self) -> Location:
+        return self._location
+
+    @property
+    def commit(self) -> str | None:
+        """The commit sha every file is read at (``None`` for buckets)."""
+        return self._commit
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._location.url!r})"
+
+    def _resolve(self, revision: str) -> str:
+        assert self._location.repo_id is not None
+        url = (
+            f"{self.base_url}/api/datasets/{self._location.repo_id}/revision/"
+            f"{urllib.parse.quote(revision, safe='')}"
+        )
+        try:
+            body, _ = self._get_document(url)
+        except NotFound as error:
+            raise NotFound(
+                f"Hub dataset {self._location.repo_id!r} or its revision {revision!r} not "
+                "found (or private without a valid token)"
+            ) from error
+        try:
+            sha = json.loads(body)["sha"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidResponse(
+                f"Hub revision answer for {self._location.repo_id}@{revision} has no 'sha'"
+            ) from error
+        if not isinstance(sha, str) or not _COMMIT_SHA.match(sha):
+            raise InvalidResponse(
+                f"Hub revision answer for {self._location.repo_id}@{revision}: bad sha {sha!r}"
+            )
+        return sha
+
+    def _repo_path(self, clean: str) -> str:
+        inner = self._location.path
+        if inner and clean:
+            return f"{inner}/{clean}"
+        return inner or clean
+
+    def _url_for(self, clean: str) -> str:
+        quoted = urllib.parse.quote(self._repo_path(clean), safe="/")
+        repo_id = self._location.repo_id
+        if self._location.repo_type == "buckets":
+            return f"{self.base_url}/buckets/{repo_id}/resolve/{quoted}"
+        return f"{self.base_url}/datasets/{repo_id}/resolve/{self._commit}/{quoted}"
+
+    def list_files(self, prefix: str) -> list[str]:
+        """Relative paths of all files under ``prefix`` (the Hub tree API, recursive), sorted."""
+        clean = normalize_relative_path(prefix)
+        folder = urllib.parse.quote(self._repo_path(clean), safe="/")
+        repo_id = self._location.repo_id
+        if self._location.repo_type == "buckets":
+            url = f"{self.base_url}/api/buckets/{repo_id}/tree/{folder}"
+        else:
+            url = f"{self.base_url}/api/datasets/{repo_id}/tree/{self._commit}/{folder}"
+        url = url.rstrip("/") + "?recursive=true"
+        inner = self._location.path
+        files: list[str] = []
+        for _ in range(_MAX_LIST_PAGES):
+            try:
+                body, headers = self._get_document(url)
+            except NotFound:
+                return []
+            try:
+                entries = json.loads(body)
+            except ValueError as error:
+                raise InvalidResponse(f"Hub tree listing of {folder!r} is not JSON") from error
+            if not isinstance(entries, list):
+                raise InvalidResponse(f"Hub tree listing of {folder!r} is not a list")
+            for entry in entries:
+                if not isinstance(entry, dict) or entry.get("type") != "file":
+                    continue
+                path = entry.get("path")
+                if not isinstance(path, str):
+                    raise InvalidResponse(f"Hub tree entry without a path: {entry!r}")
+                if inner:
+                    if not path.startswith(inner + "/"):
+                        continue
+                    path = path[len(inner) + 1 :]
+                files.append(normalize_relative_path(path))
+            match = _NEXT_LINK.search(headers.get("Link", ""))
+            if match is None:
+                return sorted(files)
+            url = urllib.parse.urljoin(url, match.group(1))
+        raise StorageError(f"Hub tree listing of {folder!r} has more than {_MAX_LIST_PAGES} pages")

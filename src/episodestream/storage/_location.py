@@ -1,0 +1,171 @@
+"""Where a dataset lives: a parsed root (local path, URL, ``hf://`` or any fsspec protocol)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import urllib.parse
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from episodestream.errors import LocationError
+from episodestream.storage._base import normalize_relative_path
+from episodestream.storage._urls import redact_url as _redact
+
+__all__ = ["Location", "LocationKind"]
+
+LocationKind = Literal["local", "http", "hub", "fsspec"]
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_HUB_TYPES = ("datasets", "buckets")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A parsed dataset root. Build one with :meth:`Location.parse`.
+
+    Fields:
+        kind: which reader family serves it: ``"local"``, ``"http"``, ``"hub"`` or ``"fsspec"``.
+        protocol: ``"file"``, ``"http"``, ``"https"``, ``"hf"`` or the fsspec protocol
+            (``"s3"``, ``"gs"``, ``"memory"``, …).
+        path: local: an absolute path; http(s): the URL without a trailing slash; hub: the folder
+            inside the repo or bucket (``""`` for its top); fsspec: the URL without
+            ``protocol://`` (e.g. ``"bucket/prefix"``).
+        repo_type: hub only: ``"datasets"`` or ``"buckets"``.
+        repo_id: hub only: ``"org/name"``.
+        revision: hub datasets only: the branch, tag or commit asked for (``None``: the default
+            branch); buckets have none.
+    """
+
+    kind: LocationKind
+    protocol: str
+    path: str
+    repo_type: Literal["datasets", "buckets"] | None = None
+    repo_id: str | None = None
+    revision: str | None = None
+
+    @classmethod
+    def parse(cls, root: str | os.PathLike[str] | Location) -> Location:
+        """Parse a dataset root; :class:`LocationError` says why one is refused."""
+        if isinstance(root, Location):
+            return root
+        if isinstance(root, os.PathLike):
+            root = os.fspath(root)
+        if not isinstance(root, str) or not root:
+            raise LocationError(f"a dataset root must be a non-empty str or path, got {root!r}")
+        if "\x00" in root:
+            raise LocationError("a dataset root must not contain NUL bytes")
+        if "::" in root:
+            raise LocationError(
+                f"chained fsspec URLs are not supported: {_redact(root)!r}; "
+                "pass the inner URL and storage options instead"
+            )
+        match = _SCHEME.match(root)
+        if match is None:
+            return cls("local", "file", os.path.abspath(os.path.expanduser(root)))
+        protocol = match.group(1).lower()
+        rest = root[match.end() :]
+        if protocol == "file":
+            return cls._parse_file(root, rest)
+        if protocol in ("http", "https"):
+            return cls._parse_http(root, protocol)
+        if protocol == "hf":
+            return cls._parse_hub(root, rest)
+        rest = rest.rstrip("/")
+        if not rest:
+            raise LocationError(f"{root!r} names no bucket or path after {protocol}://")
+        return cls("fsspec", protocol, rest)
+
+    @classmethod
+    def _parse_file(cls, root: str, rest: str) -> Location:
+        host, slash, path = rest.partition("/")
+        if host not in ("", "localhost"):
+            raise LocationError(f"file URL {root!r} names a remote host {host!r}")
+        if not slash:
+            raise LocationError(f"file URL {root!r} has no path")
+        return cls("local", "file", os.path.abspath(urllib.parse.unquote("/" + path)))
+
+    @classmethod
+    def _parse_http(cls, root: str, protocol: str) -> Location:
+        parts = urllib.parse.urlsplit(root)
+        if not parts.hostname:
+            raise LocationError(f"URL {_redact(root)!r} has no host")
+        if parts.query or parts.fragment:
+            raise LocationError(f"a root URL must not carry a query or fragment: {_redact(root)!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a malformed port
+        except ValueError as error:
+            raise LocationError(f"URL {_redact(root)!r} has an invalid port") from error
+        path = parts.path.rstrip("/")
+        url = urllib.parse.urlunsplit((protocol, parts.netloc, path, "", ""))
+        return cls("http", protocol, url)
+
+    @classmethod
+    def _parse_hub(cls, root: str, rest: str) -> Location:
+        segments = rest.split("/")
+        repo_type = segments[0]
+        if repo_type not in _HUB_TYPES:
+            raise LocationError(
+                f"{root!r}: only hf://datasets/ORG/NAME[@REVISION]/... and "
+                "hf://buckets/ORG/NAME/... are supported"
+            )
+        if len(segments) < 3 or not segments[1] or not segments[2]:
+            raise LocationError(f"{root!r}: expected hf://{repo_type}/ORG/NAME/...")
+        org, name = segments[1], segments[2]
+        revision: str | None = None
+        if "@" in name:
+            name, _, revision = name.partition("@")
+            if repo_type == "buckets":
+                raise LocationError(f"{root!r}: buckets have no revisions")
+            # A revision with slashes (refs/pr/1) is written percent-encoded in hf:// URIs.
+            revision = urllib.parse.unquote(revision)
+            if not revision:
+                raise LocationError(f"{root!r}: empty revision after '@'")
+        for part in (org, name):
+            if not _HUB_NAME.match(part):
+                raise LocationError(f"{root!r}: invalid namespace or name {part!r}")
+        inner = "/".join(s for s in segments[3:] if s)
+        return cls(
+            "hub",
+            "hf",
+            normalize_relative_path(inner),
+            repo_type=repo_type,  # type: ignore[arg-type]
+            repo_id=f"{org}/{name}",
+            revision=revision,
+        )
+
+    @property
+    def url(self) -> str:
+        """The location written as a URL (local paths as plain paths)."""
+        if self.kind in ("local", "http"):
+            return self.path
+        if self.kind == "hub":
+            revision = ""
+            if self.revision is not None:
+                revision = "@" + urllib.parse.quote(self.revision, safe="")
+            base = f"hf://{self.repo_type}/{self.repo_id}{revision}"
+            return f"{base}/{self.path}" if self.path else base
+        return f"{self.protocol}://{self.path}"
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def can_list(self) -> bool:
+        """Whether readers of this location can list folders (plain HTTP cannot)."""
+        return self.kind != "http"
+
+    def join(self, relative: str) -> Location:
+        """The location of ``relative`` under this one; :class:`LocationError` if it escapes."""
+        clean = normalize_relative_path(relative)
+        if not clean:
+            return self
+        if self.kind == "local":
+            return replace(self, path=os.path.join(self.path, *clean.split("/")))
+        if self.kind == "http":
+            return replace(self, path=f"{self.path}/{urllib.parse.quote(clean, safe='/')}")
+        if self.kind == "hub":
+            return replace(self, path=posixpath.join(self.path, clean) if self.path else clean)
+        return replace(self, path=f"{self.path}/{clean}")
