@@ -206,6 +206,7 @@ class NginxServer:
         )
         self.config_path.write_text(config, encoding="utf-8")
         self.pid_file.unlink(missing_ok=True)
+        error_log_start = self._error_log_size()
         with (workdir / "nginx.stderr").open("ab") as stderr:
             process = subprocess.Popen(
                 [
@@ -230,6 +231,9 @@ class NginxServer:
             if process.poll() is not None:
                 finalizer.detach()
                 return False
+            if b"[emerg]" in self._error_log_since(error_log_start):
+                # e.g. bind() failed: nginx would retry for 2.5 s before giving up itself
+                break
             # the pid file appears only after nginx bound its port, so a foreign listener on
             # the same port is never mistaken for ours
             if self._pid_file_matches(process.pid) and port_accepts(self._host, port):
@@ -363,6 +367,20 @@ class NginxServer:
         if self._workdir is None:
             raise ServingError("nginx is not started (no working folder yet)")
         return self._workdir
+
+    def _error_log_size(self) -> int:
+        try:
+            return self.error_log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _error_log_since(self, offset: int) -> bytes:
+        try:
+            with self.error_log_path.open("rb") as file:
+                file.seek(offset)
+                return file.read()
+        except FileNotFoundError:
+            return b""
 
     def _error_tail(self, lines: int = 20) -> str:
         texts = []

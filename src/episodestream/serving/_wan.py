@@ -567,6 +567,11 @@ class WanEmulator:
         """URL of ``path`` on the upstream server, reached through the emulated link."""
         return f"{self.url}/{urllib.parse.quote(path.lstrip('/'))}"
 
+    def rebase_url(self, url: str) -> str:
+        """``url`` (on the upstream server) rewritten to go through the emulated link."""
+        parts = urllib.parse.urlsplit(url)
+        return urllib.parse.urlunsplit(("http", f"{self._host}:{self.port}", *parts[2:]))
+
     def stats(self) -> WanStats:
         counters = self._counters
         return WanStats(
