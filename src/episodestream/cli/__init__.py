@@ -18,6 +18,7 @@ __all__ = ["main"]
 
 # command modules, in the order `--help` lists them
 _COMMAND_MODULES: tuple[str, ...] = (
+    "_make_dataset",
     "_serve",
 )
 
