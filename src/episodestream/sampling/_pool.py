@@ -49,6 +49,9 @@ DEFAULT_POOL_SIZE = 16
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
+# draws produced per chunk, roughly: bounds the transient arrays of one sort
+_CHUNK_DRAWS = 1 << 16
+
 
 @dataclass(frozen=True, slots=True)
 class PoolParams:
@@ -247,9 +250,11 @@ class PoolSchedule:
         self._exit = exit_
         self._trigger = trigger
         self._pool = pool
-        # a chunk ends at every pool_size-th exit (by clock, ties by entry) and at the last one
+        # a chunk ends at every step-th exit (by clock, ties by entry) and at the last one; the
+        # order is a global sort by clock, so chunking changes cost, never the draws
         by_exit = np.lexsort((np.arange(count), exit_))
-        step = max(1, params.pool_size)
+        mean_length = self._total / count if count else 1.0
+        step = int(min(params.pool_size, max(1, _CHUNK_DRAWS // max(1, round(mean_length)))))
         ends = list(range(step - 1, count, step))
         if count and (not ends or ends[-1] != count - 1):
             ends.append(count - 1)
