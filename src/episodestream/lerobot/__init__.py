@@ -1,1 +1,23 @@
-"""lerobot layer (see DESIGN.md)."""
+"""LeRobot v3 layer: dataset metadata and per-episode Parquet rows, read through a RangeReader."""
+
+from episodestream.lerobot._features import Feature, FeatureKind
+from episodestream.lerobot._meta import (
+    INFO_PATH,
+    DatasetMeta,
+    EpisodeTable,
+    VideoColumns,
+    load_dataset_meta,
+)
+from episodestream.lerobot._rows import DEFAULT_ROW_CACHE_BYTES, EpisodeRowReader
+
+__all__ = [
+    "DEFAULT_ROW_CACHE_BYTES",
+    "INFO_PATH",
+    "DatasetMeta",
+    "EpisodeRowReader",
+    "EpisodeTable",
+    "Feature",
+    "FeatureKind",
+    "VideoColumns",
+    "load_dataset_meta",
+]

@@ -1,1 +1,53 @@
-"""manifest layer (see DESIGN.md)."""
+"""Manifest layer: (episode, camera) → file, samples, bytes, times; the sidecar index."""
+
+from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
+from episodestream.manifest._manifest import (
+    BuildStats,
+    DatasetIdentity,
+    EpisodeManifest,
+    EpisodeSpan,
+    SourceFile,
+    SpanArrays,
+)
+from episodestream.manifest._open import (
+    CACHE_ENV,
+    DEFAULT_LOCK_TIMEOUT_S,
+    PUBLISHED_SIDECAR_PATH,
+    SidecarStatus,
+    default_cache_dir,
+    open_manifest,
+    sidecar_cache_path,
+    sidecar_status,
+    verify_sources,
+)
+from episodestream.manifest._sidecar import (
+    SIDECAR_VERSION,
+    load_sidecar,
+    sidecar_bytes,
+    write_sidecar,
+)
+
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_BUILD_WORKERS",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "PUBLISHED_SIDECAR_PATH",
+    "SIDECAR_VERSION",
+    "BuildStats",
+    "DatasetIdentity",
+    "EpisodeManifest",
+    "EpisodeSpan",
+    "SidecarStatus",
+    "SourceFile",
+    "SpanArrays",
+    "build_manifest",
+    "default_cache_dir",
+    "load_sidecar",
+    "open_manifest",
+    "sidecar_bytes",
+    "sidecar_cache_path",
+    "sidecar_status",
+    "source_info",
+    "verify_sources",
+    "write_sidecar",
+]

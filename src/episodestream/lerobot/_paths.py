@@ -1,0 +1,84 @@
+"""``info.json`` path templates (``data_path``, ``video_path``), resolved inside the root."""
+
+from __future__ import annotations
+
+import posixpath
+import string
+
+from episodestream.errors import DatasetFormatError
+
+__all__ = ["check_template", "resolve_template"]
+
+# the fields LeRobot v3 templates may use; anything else (attribute access, indexing,
+# unknown names) is rejected before formatting so a template cannot run arbitrary lookups
+_ALLOWED_FIELDS = frozenset({"chunk_index", "file_index", "video_key"})
+
+
+def check_template(template: object, *, file: str, field: str, required: frozenset[str]) -> str:
+    """Validate a path template string; returns it.
+
+    Raises:
+        DatasetFormatError: not a string, a field outside the allowed set, a format spec
+            that is not a plain integer width, or a missing required field.
+    """
+    if not isinstance(template, str) or not template:
+        raise DatasetFormatError(f"{file}: field {field!r} must be a non-empty path template")
+    seen: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise DatasetFormatError(
+            f"{file}: field {field!r}: bad template {template!r}: {error}"
+        ) from error
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in _ALLOWED_FIELDS:
+            raise DatasetFormatError(
+                f"{file}: field {field!r}: template {template!r} uses {{{name}}}; allowed "
+                f"fields are {sorted(_ALLOWED_FIELDS)}"
+            )
+        if conversion or (spec and not spec.rstrip("d").isdigit()):
+            raise DatasetFormatError(
+                f"{file}: field {field!r}: template {template!r} has an unsupported format "
+                f"spec {spec!r} for {{{name}}}"
+            )
+        seen.add(name)
+    missing = required - seen
+    if missing:
+        raise DatasetFormatError(
+            f"{file}: field {field!r}: template {template!r} lacks {sorted(missing)}"
+        )
+    return template
+
+
+def resolve_template(template: str, *, what: str, **fields: int | str) -> str:
+    """Format ``template`` and check the result stays inside the dataset root.
+
+    Returns a normalized relative POSIX path.
+
+    Raises:
+        DatasetFormatError: a negative index, or a path that is absolute, empty, or climbs
+            out of the root (``..``) — whatever the template or a video key contains.
+    """
+    for name, value in fields.items():
+        if isinstance(value, int) and value < 0:
+            raise DatasetFormatError(f"{what}: negative {name} {value}")
+    try:
+        path = template.format(**fields)
+    except (KeyError, IndexError, ValueError) as error:
+        raise DatasetFormatError(f"{what}: cannot format template {template!r}: {error}") from error
+    normalized = posixpath.normpath(path.replace("\\", "/"))
+    if (
+        not path
+        or path.startswith(("/", "\\"))
+        or ":" in path.split("/", 1)[0]
+        or normalized == "."
+        or normalized == ".."
+        or normalized.startswith("../")
+        or "\x00" in path
+    ):
+        raise DatasetFormatError(
+            f"{what}: template {template!r} resolves to {path!r}, outside the dataset root"
+        )
+    return normalized

@@ -1,0 +1,309 @@
+"""Build a manifest by reading each source MP4's ``moov`` once, concurrently."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from episodestream.errors import (
+    EpisodeStreamError,
+    ManifestError,
+    Mp4FormatError,
+    NotFound,
+    UnsupportedMp4Error,
+)
+from episodestream.lerobot import DatasetMeta
+from episodestream.manifest._manifest import (
+    SPAN_FIELDS,
+    TRACK_FIELD_KINDS,
+    BuildStats,
+    DatasetIdentity,
+    EpisodeManifest,
+    SpanArrays,
+)
+from episodestream.mp4 import TrackIndex, locate_moov, parse_moov, plan_span
+from episodestream.storage import FileInfo, RangeReader
+
+__all__ = ["DEFAULT_BUILD_WORKERS", "assemble_tracks", "build_manifest", "source_info"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BUILD_WORKERS = 16
+# the first probe of each file is sized to hold a faststart moov whole: about this many
+# bytes per frame (stsz 4 + stco 4-8 + ctts 8 + stss ~2 + slack) plus a fixed allowance
+_MOOV_BYTES_PER_FRAME = 24
+_MOOV_FIXED_BYTES = 16 << 10
+_MIN_FIRST_PROBE = 64 << 10
+_MAX_FIRST_PROBE = 16 << 20
+# the span of an episode is [from_timestamp, to_timestamp - half a frame]: every frame of
+# the episode is presented in it, the next episode's first frame is not
+_SPAN_END_FRAMES = 0.5
+# whole build: per-file waits are bounded by the reader's own timeouts; this bounds the pool
+DEFAULT_BUILD_TIMEOUT_S = 6 * 3600.0
+
+# codec names of info.json -> sample entry fourccs they may appear as
+_CODEC_ENTRIES = {
+    "av1": {"av01"},
+    "h264": {"avc1", "avc3"},
+    "avc": {"avc1", "avc3"},
+    "hevc": {"hvc1", "hev1"},
+    "h265": {"hvc1", "hev1"},
+    "vp9": {"vp09"},
+}
+
+
+def source_info(reader: RangeReader, path: str) -> FileInfo:
+    """Size and validators (ETag, Last-Modified) of a file.
+
+    Uses the reader's ``file_info(path)`` when it has one (one request over HTTP, then
+    pinned by the reader), else ``size(path)`` alone.
+    """
+    file_info = getattr(reader, "file_info", None)
+    if callable(file_info):
+        info = file_info(path)
+        if isinstance(info, FileInfo):
+            return info
+        return FileInfo(
+            int(info.size), getattr(info, "etag", None), getattr(info, "last_modified", None)
+        )
+    return FileInfo(int(reader.size(path)))
+
+
+def _first_probe(frames: int, size: int) -> int:
+    want = _MOOV_FIXED_BYTES + _MOOV_BYTES_PER_FRAME * frames
+    return int(min(max(want, _MIN_FIRST_PROBE), _MAX_FIRST_PROBE, max(size, 1)))
+
+
+def _index_file(reader: RangeReader, path: str, frames: int) -> tuple[FileInfo, TrackIndex]:
+    try:
+        info = source_info(reader, path)
+        size = info.size
+        location = locate_moov(
+            lambda offset, length: reader.read(path, offset, length),
+            size,
+            first_probe=_first_probe(frames, size),
+        )
+        track = parse_moov(location.moov, file_offset=location.offset)
+    except NotFound as error:
+        raise ManifestError(f"{path}: video file is missing ({error})") from error
+    except (Mp4FormatError, UnsupportedMp4Error) as error:
+        raise ManifestError(f"{path}: cannot index: {error}") from error
+    if track.num_samples == 0:
+        raise ManifestError(f"{path}: the video track has no samples")
+    return info, track
+
+
+def _file_table(meta: DatasetMeta) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """Distinct source files (path, camera), each episode's file id per camera, frames/file."""
+    table = meta.episodes
+    paths: list[str] = []
+    cameras: list[str] = []
+    file_ids = np.empty((len(table), len(meta.video_keys)), dtype=np.int32)
+    for c, key in enumerate(meta.video_keys):
+        columns = table.video(key)
+        pairs = np.stack([columns.chunk_index, columns.file_index], axis=1)
+        unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        file_ids[:, c] = len(paths) + inverse.reshape(-1)
+        for chunk, file in unique.tolist():
+            paths.append(meta.video_file_path(key, chunk, file))
+            cameras.append(key)
+    frames = np.bincount(
+        file_ids.reshape(-1),
+        weights=np.repeat(table.length, len(meta.video_keys)),
+        minlength=len(paths),
+    ).astype(np.int64)
+    return paths, cameras, file_ids, frames
+
+
+def _index_files(
+    reader: RangeReader,
+    paths: list[str],
+    frames: np.ndarray,
+    *,
+    workers: int,
+    progress: bool,
+    timeout_s: float,
+) -> list[tuple[FileInfo, TrackIndex]]:
+    results: list[Any] = [None] * len(paths)
+    show = progress and sys.stderr.isatty()
+    bar = tqdm(total=len(paths), desc="indexing videos", unit="file", disable=not show)
+    lock = threading.Lock()
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-index")
+    futures: dict[Future[Any], int] = {}
+    try:
+        for i, path in enumerate(paths):
+            futures[pool.submit(_index_file, reader, path, int(frames[i]))] = i
+        deadline = time.monotonic() + timeout_s
+        pending = set(futures)
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ManifestError(
+                    f"indexing {len(paths)} video files did not finish within {timeout_s:.0f} s"
+                )
+            done, pending = wait(pending, timeout=min(remaining, 1.0), return_when=FIRST_EXCEPTION)
+            for future in done:
+                error = future.exception()
+                if error is not None:
+                    if isinstance(error, EpisodeStreamError):
+                        raise error
+                    raise ManifestError(f"{paths[futures[future]]}: {error!r}") from error
+                results[futures[future]] = future.result()
+                with lock:
+                    bar.update(1)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+    return results
+
+
+def _check_codec(meta: DatasetMeta, camera: str, path: str, track: TrackIndex) -> None:
+    expected = meta.feature(camera).codec.lower()
+    allowed = _CODEC_ENTRIES.get(expected)
+    if allowed is not None and track.codec not in allowed:
+        logger.warning(
+            "%s: sample entry %r but info.json says codec %r", path, track.codec, expected
+        )
+
+
+def build_manifest(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    *,
+    workers: int = DEFAULT_BUILD_WORKERS,
+    progress: bool = True,
+    timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+) -> EpisodeManifest:
+    """Index every source MP4 (one ``moov`` read each) and plan every episode's span.
+
+    Each file costs one size/validator look-up and usually one ranged read (the first
+    probe is sized from the frames the file holds so a faststart ``moov`` fits); files with
+    ``moov`` at the end take one or two more.
+
+    Args:
+        reader: the dataset's reader.
+        meta: its metadata.
+        workers: files indexed concurrently (bounded thread pool).
+        progress: show a tqdm bar (only when stderr is a terminal).
+        timeout_s: bound on the whole build.
+
+    Raises:
+        ManifestError: a missing or unparsable video file, or an episode whose span does
+            not present exactly ``length`` frames (names the episode and camera).
+        StorageError: the store failed.
+    """
+    started = time.monotonic()
+    paths, cameras, file_ids, frames = _file_table(meta)
+    before = reader.metrics()
+    indexed = _index_files(
+        reader, paths, frames, workers=workers, progress=progress, timeout_s=timeout_s
+    )
+    tracks = [track for _, track in indexed]
+    for camera, path, track in zip(cameras, paths, tracks, strict=True):
+        _check_codec(meta, camera, path, track)
+
+    table = meta.episodes
+    shape = file_ids.shape
+    arrays = {name: np.zeros(shape, dtype=dtype) for name, dtype in SPAN_FIELDS.items()}
+    arrays["file_id"] = file_ids
+    half_frame = _SPAN_END_FRAMES / meta.fps
+    for c, camera in enumerate(meta.video_keys):
+        columns = table.video(camera)
+        arrays["from_timestamp_s"][:, c] = columns.from_timestamp
+        arrays["to_timestamp_s"][:, c] = columns.to_timestamp
+        for r in range(len(table)):
+            track = tracks[file_ids[r, c]]
+            t0 = float(columns.from_timestamp[r])
+            t1 = float(columns.to_timestamp[r]) - half_frame
+            episode = int(table.episode_index[r])
+            try:
+                plan = plan_span(track, t0, t1)
+            except (Mp4FormatError, UnsupportedMp4Error, ValueError) as error:
+                raise ManifestError(
+                    f"episode {episode} camera {camera!r} ({paths[file_ids[r, c]]}): cannot plan "
+                    f"span [{t0:.6f}, {t1:.6f}] s: {error}"
+                ) from error
+            length = int(table.length[r])
+            if plan.frame_count != length:
+                raise ManifestError(
+                    f"episode {episode} camera {camera!r}: {paths[file_ids[r, c]]} presents "
+                    f"{plan.frame_count} frames in [{t0:.6f}, {t1:.6f}] s but the episode has "
+                    f"{length}"
+                )
+            arrays["sample_start"][r, c] = plan.sample_start
+            arrays["sample_end"][r, c] = plan.sample_end
+            arrays["byte_start"][r, c] = plan.byte_start
+            arrays["byte_end"][r, c] = plan.byte_end
+            arrays["first_pts_s"][r, c] = plan.first_pts_s
+            arrays["last_pts_s"][r, c] = plan.last_pts_s
+            arrays["time_offset_s"][r, c] = plan.time_offset_s
+            arrays["frame_count"][r, c] = plan.frame_count
+    for array in arrays.values():
+        array.flags.writeable = False
+
+    files, samples = assemble_tracks(paths, cameras, indexed)
+    after = reader.metrics()
+    stats = BuildStats(
+        files=len(paths),
+        requests=int(after.get("requests", 0)) - int(before.get("requests", 0)),
+        bytes_read=int(after.get("bytes", 0)) - int(before.get("bytes", 0)),
+        seconds=time.monotonic() - started,
+    )
+    logger.info(
+        "indexed %d video files (%d episodes x %d cameras) in %.2f s: %d requests, %d bytes",
+        stats.files,
+        len(table),
+        len(meta.video_keys),
+        stats.seconds,
+        stats.requests,
+        stats.bytes_read,
+    )
+    manifest = EpisodeManifest(
+        identity=DatasetIdentity.of(meta),
+        cameras=meta.video_keys,
+        episode_index=table.episode_index,
+        spans=SpanArrays(**arrays),
+        files=files,
+        samples=samples,
+        origin="built",
+    )
+    manifest.build_stats = stats
+    return manifest
+
+
+def assemble_tracks(
+    paths: list[str],
+    cameras: list[str],
+    indexed: list[tuple[FileInfo, TrackIndex]],
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Concatenate per-file sample tables (CSR layout) and collect per-file scalars."""
+    tracks = [track for _, track in indexed]
+    counts = np.array([t.num_samples for t in tracks], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    files: dict[str, Any] = {
+        "path": list(paths),
+        "camera": list(cameras),
+        "size": np.array([info.size for info, _ in indexed], dtype=np.int64),
+        "etag": [info.etag for info, _ in indexed],
+        "last_modified": [info.last_modified for info, _ in indexed],
+        "sample_bounds": bounds,
+    }
+    samples: dict[str, np.ndarray] = {}
+    for name, kind in TRACK_FIELD_KINDS.items():
+        values = [getattr(t, name) for t in tracks]
+        if kind == "array":
+            merged = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
+            merged.flags.writeable = False
+            samples[name] = merged
+        elif kind == "int":
+            files[name] = np.array(values, dtype=np.int64)
+        else:
+            files[name] = list(values)
+    return files, samples

@@ -1,0 +1,482 @@
+"""The episode video manifest: for every (episode, camera), where its frames are.
+
+Stored as a struct of arrays (shape ``(episodes, cameras)``) plus one concatenated sample
+table for all files, so lookups are array indexing and a sidecar can be memory-mapped
+without a Python object per episode or sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from episodestream.errors import ManifestError, StaleSourceError
+from episodestream.lerobot import DatasetMeta
+from episodestream.mp4 import SpanPlan, TrackIndex
+from episodestream.storage import FileInfo
+
+__all__ = [
+    "SPAN_FIELDS",
+    "BuildStats",
+    "DatasetIdentity",
+    "EpisodeManifest",
+    "EpisodeSpan",
+    "SourceFile",
+    "SpanArrays",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetIdentity:
+    """What a manifest was built from; a sidecar is used only for the same identity.
+
+    ``root`` is informational (a mirror serves the same dataset under another root);
+    everything else must match.
+    """
+
+    root: str
+    revision: str | None
+    total_episodes: int
+    total_frames: int
+    fps: float
+    cameras: tuple[str, ...]
+    info_sha256: str
+    episodes_sha256: str
+
+    @classmethod
+    def of(cls, meta: DatasetMeta) -> DatasetIdentity:
+        return cls(
+            root=meta.root,
+            revision=meta.revision,
+            total_episodes=meta.total_episodes,
+            total_frames=meta.total_frames,
+            fps=float(meta.fps),
+            cameras=meta.video_keys,
+            info_sha256=meta.info_sha256,
+            episodes_sha256=episodes_digest(meta),
+        )
+
+    def mismatch(self, current: DatasetIdentity) -> str | None:
+        """Why a manifest with this identity does not describe ``current``; None if it does."""
+        if (
+            self.revision is not None
+            and current.revision is not None
+            and self.revision != current.revision
+        ):
+            return f"built for revision {self.revision!r}, dataset is at {current.revision!r}"
+        for name in ("total_episodes", "total_frames", "fps", "cameras"):
+            mine, theirs = getattr(self, name), getattr(current, name)
+            if mine != theirs:
+                return f"{name} is {mine!r} in the sidecar but {theirs!r} in the dataset"
+        if self.info_sha256 != current.info_sha256:
+            return "meta/info.json changed since the sidecar was built"
+        if self.episodes_sha256 != current.episodes_sha256:
+            return "the meta/episodes table changed since the sidecar was built"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["cameras"] = list(self.cameras)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DatasetIdentity:
+        try:
+            return cls(
+                root=str(data["root"]),
+                revision=None if data["revision"] is None else str(data["revision"]),
+                total_episodes=int(data["total_episodes"]),
+                total_frames=int(data["total_frames"]),
+                fps=float(data["fps"]),
+                cameras=tuple(str(c) for c in data["cameras"]),
+                info_sha256=str(data["info_sha256"]),
+                episodes_sha256=str(data["episodes_sha256"]),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ManifestError(f"sidecar identity is malformed: {error!r}") from error
+
+
+def episodes_digest(meta: DatasetMeta) -> str:
+    """SHA-256 over the episode columns a manifest depends on."""
+    table = meta.episodes
+    digest = hashlib.sha256()
+    arrays = [table.episode_index, table.length, table.dataset_from_index, table.dataset_to_index]
+    for video in table.videos:
+        digest.update(video.key.encode())
+        arrays += [video.chunk_index, video.file_index, video.from_timestamp, video.to_timestamp]
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).data)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class BuildStats:
+    """What a build cost: files, reader requests and bytes, seconds."""
+
+    files: int
+    requests: int
+    bytes_read: int
+    seconds: float
+
+    @property
+    def files_per_second(self) -> float:
+        return self.files / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One source MP4 as its store described it when the manifest was built."""
+
+    path: str
+    camera: str
+    size: int
+    etag: str | None
+    last_modified: str | None
+
+    @property
+    def info(self) -> FileInfo:
+        return FileInfo(self.size, self.etag, self.last_modified)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSpan:
+    """Where one episode of one camera lies in its MP4 file.
+
+    Samples ``[sample_start, sample_end)`` in decode order (starting at a keyframe) occupy
+    bytes ``[byte_start, byte_end)`` of ``file_path``; they present ``frame_count`` frames
+    from ``first_pts_s`` to ``last_pts_s`` (source seconds, inclusive). A clip written from
+    them shows source time ``t`` at clip time ``t - time_offset_s``. ``from_timestamp_s`` /
+    ``to_timestamp_s`` are the episodes table's half-open episode bounds in the file.
+    """
+
+    episode_index: int
+    camera: str
+    file_path: str
+    sample_start: int
+    sample_end: int
+    byte_start: int
+    byte_end: int
+    first_pts_s: float
+    last_pts_s: float
+    time_offset_s: float
+    frame_count: int
+    from_timestamp_s: float
+    to_timestamp_s: float
+
+    @property
+    def byte_length(self) -> int:
+        return self.byte_end - self.byte_start
+
+    def to_plan(self) -> SpanPlan:
+        """The MP4 layer's plan for this span (for ``mp4.write_clip``)."""
+        return SpanPlan(
+            sample_start=self.sample_start,
+            sample_end=self.sample_end,
+            byte_start=self.byte_start,
+            byte_end=self.byte_end,
+            time_offset_s=self.time_offset_s,
+            first_pts_s=self.first_pts_s,
+            last_pts_s=self.last_pts_s,
+            frame_count=self.frame_count,
+        )
+
+
+# SpanArrays field -> numpy dtype (the sidecar stores exactly these)
+SPAN_FIELDS: dict[str, type] = {
+    "file_id": np.int32,
+    "sample_start": np.int64,
+    "sample_end": np.int64,
+    "byte_start": np.int64,
+    "byte_end": np.int64,
+    "first_pts_s": np.float64,
+    "last_pts_s": np.float64,
+    "time_offset_s": np.float64,
+    "frame_count": np.int64,
+    "from_timestamp_s": np.float64,
+    "to_timestamp_s": np.float64,
+}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpanArrays:
+    """Every span as arrays of shape ``(episodes, cameras)`` (rows follow ``episode_index``).
+
+    ``file_id`` indexes :attr:`EpisodeManifest.file_paths`; the other fields are those of
+    :class:`EpisodeSpan`. Arrays are read-only.
+    """
+
+    file_id: np.ndarray
+    sample_start: np.ndarray
+    sample_end: np.ndarray
+    byte_start: np.ndarray
+    byte_end: np.ndarray
+    first_pts_s: np.ndarray
+    last_pts_s: np.ndarray
+    time_offset_s: np.ndarray
+    frame_count: np.ndarray
+    from_timestamp_s: np.ndarray
+    to_timestamp_s: np.ndarray
+
+    @property
+    def byte_length(self) -> np.ndarray:
+        return self.byte_end - self.byte_start
+
+
+def _track_field_kinds() -> dict[str, str]:
+    """TrackIndex field -> 'array' | 'int' | 'str' | 'bytes' (from its annotations)."""
+    kinds: dict[str, str] = {}
+    for field in dataclasses.fields(TrackIndex):
+        annotation = str(field.type)
+        if "ndarray" in annotation:
+            kinds[field.name] = "array"
+        elif annotation in ("int", "str", "bytes"):
+            kinds[field.name] = annotation
+        else:
+            raise TypeError(f"TrackIndex.{field.name}: cannot store type {annotation}")
+    return kinds
+
+
+TRACK_FIELD_KINDS = _track_field_kinds()
+
+
+class EpisodeManifest:
+    """(episode, camera) → file, samples, bytes and times; per-file sample tables.
+
+    Built by :func:`build_manifest` or memory-mapped from a sidecar by :func:`load_sidecar`
+    (see :func:`open_manifest`). Immutable and thread-safe. Pickles cheaply when backed by
+    a sidecar file (the worker maps the same file).
+
+    Attributes:
+        identity: the dataset it describes.
+        cameras: camera keys, the column order of every span array.
+        episode_index: episode of each span row (ascending).
+        file_paths: source MP4 files; ``spans.file_id`` indexes them.
+        spans: the struct of span arrays.
+        origin: ``"built"``, ``"explicit"``, ``"cache"`` or ``"published"``.
+        sidecar_path: the local sidecar file backing it, if any.
+    """
+
+    def __init__(
+        self,
+        *,
+        identity: DatasetIdentity,
+        cameras: tuple[str, ...],
+        episode_index: np.ndarray,
+        spans: SpanArrays,
+        files: Mapping[str, Any],
+        samples: Mapping[str, np.ndarray],
+        origin: str = "built",
+        sidecar_path: Path | None = None,
+    ) -> None:
+        self.identity = identity
+        self.cameras = cameras
+        self.episode_index = episode_index
+        self.spans = spans
+        # files: 'path', 'camera', 'size', 'etag', 'last_modified', 'sample_bounds' (F+1
+        # CSR offsets into the sample arrays) and one entry per scalar TrackIndex field
+        self._files = dict(files)
+        self._samples = dict(samples)
+        self.file_paths: tuple[str, ...] = tuple(self._files["path"])
+        self._file_ids = {path: i for i, path in enumerate(self.file_paths)}
+        self._camera_ids = {camera: i for i, camera in enumerate(cameras)}
+        n = len(episode_index)
+        self._dense = bool(n == 0 or (episode_index[0] == 0 and episode_index[-1] == n - 1))
+        self.origin = origin
+        self.sidecar_path = sidecar_path
+        self.build_stats: BuildStats | None = None
+        self._check_shapes()
+
+    def _check_shapes(self) -> None:
+        shape = (len(self.episode_index), len(self.cameras))
+        for name in SPAN_FIELDS:
+            array = getattr(self.spans, name)
+            if array.shape != shape:
+                raise ManifestError(
+                    f"span array {name!r} has shape {array.shape}, expected {shape}"
+                )
+        bounds = self._files["sample_bounds"]
+        num_files = len(self.file_paths)
+        if len(bounds) != num_files + 1 or (num_files and (np.diff(bounds) < 0).any()):
+            raise ManifestError("per-file sample bounds are inconsistent")
+        total = int(bounds[-1]) if len(bounds) else 0
+        for name, array in self._samples.items():
+            if len(array) != total:
+                raise ManifestError(
+                    f"sample array {name!r} has {len(array)} rows, expected {total}"
+                )
+        if shape[0] and shape[1]:
+            ids = self.spans.file_id
+            if int(ids.min()) < 0 or int(ids.max()) >= num_files:
+                raise ManifestError("span file ids out of range")
+
+    # --- pickling: map the same sidecar again instead of copying arrays -----------------
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.sidecar_path is not None:
+            from episodestream.manifest._sidecar import _reopen_sidecar
+
+            return (_reopen_sidecar, (str(self.sidecar_path), self.identity, self.origin))
+        return (_rebuild_manifest, (self._state(),))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "identity": self.identity,
+            "cameras": self.cameras,
+            "episode_index": self.episode_index,
+            "spans": self.spans,
+            "files": self._files,
+            "samples": self._samples,
+            "origin": self.origin,
+        }
+
+    # --- lookups ----------------------------------------------------------------------------
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episode_index)
+
+    @property
+    def num_files(self) -> int:
+        return len(self.file_paths)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self._files["sample_bounds"][-1])
+
+    def row(self, episode_index: int) -> int:
+        """Span row of an episode. Raises KeyError if it is not in the manifest."""
+        n = len(self.episode_index)
+        if self._dense:
+            if 0 <= episode_index < n:
+                return int(episode_index)
+        else:
+            position = int(np.searchsorted(self.episode_index, episode_index))
+            if position < n and self.episode_index[position] == episode_index:
+                return position
+        raise KeyError(f"no episode {episode_index} in the manifest")
+
+    def camera_column(self, camera: str | int) -> int:
+        """Column of a camera key (or a column number, checked)."""
+        if isinstance(camera, str):
+            try:
+                return self._camera_ids[camera]
+            except KeyError:
+                raise KeyError(f"no camera {camera!r}; have {list(self.cameras)}") from None
+        if not 0 <= camera < len(self.cameras):
+            raise KeyError(f"no camera column {camera}; have {len(self.cameras)}")
+        return int(camera)
+
+    def span(self, episode_index: int, camera: str | int) -> EpisodeSpan:
+        """Where ``episode_index`` lies for ``camera`` (key or column number)."""
+        r = self.row(episode_index)
+        c = self.camera_column(camera)
+        s = self.spans
+        return EpisodeSpan(
+            episode_index=int(episode_index),
+            camera=self.cameras[c],
+            file_path=self.file_paths[int(s.file_id[r, c])],
+            sample_start=int(s.sample_start[r, c]),
+            sample_end=int(s.sample_end[r, c]),
+            byte_start=int(s.byte_start[r, c]),
+            byte_end=int(s.byte_end[r, c]),
+            first_pts_s=float(s.first_pts_s[r, c]),
+            last_pts_s=float(s.last_pts_s[r, c]),
+            time_offset_s=float(s.time_offset_s[r, c]),
+            frame_count=int(s.frame_count[r, c]),
+            from_timestamp_s=float(s.from_timestamp_s[r, c]),
+            to_timestamp_s=float(s.to_timestamp_s[r, c]),
+        )
+
+    def file_id(self, file_path: str) -> int:
+        try:
+            return self._file_ids[file_path]
+        except KeyError:
+            raise KeyError(f"{file_path!r} is not a source file of this manifest") from None
+
+    def track(self, file: str | int) -> TrackIndex:
+        """The sample table of one source file (path or file id); arrays are read-only views."""
+        f = self.file_id(file) if isinstance(file, str) else int(file)
+        if not 0 <= f < self.num_files:
+            raise KeyError(f"no file id {f}")
+        bounds = self._files["sample_bounds"]
+        lo, hi = int(bounds[f]), int(bounds[f + 1])
+        kwargs: dict[str, Any] = {}
+        for name, kind in TRACK_FIELD_KINDS.items():
+            if kind == "array":
+                kwargs[name] = self._samples[name][lo:hi]
+            elif kind == "int":
+                kwargs[name] = int(self._files[name][f])
+            else:
+                kwargs[name] = self._files[name][f]
+        return TrackIndex(**kwargs)
+
+    def source(self, file: str | int) -> SourceFile:
+        """The recorded size and validators of one source file (path or file id)."""
+        f = self.file_id(file) if isinstance(file, str) else int(file)
+        etag = self._files["etag"][f]
+        modified = self._files["last_modified"][f]
+        return SourceFile(
+            path=self.file_paths[f],
+            camera=str(self._files["camera"][f]),
+            size=int(self._files["size"][f]),
+            etag=None if etag is None else str(etag),
+            last_modified=None if modified is None else str(modified),
+        )
+
+    def sources(self) -> tuple[SourceFile, ...]:
+        return tuple(self.source(f) for f in range(self.num_files))
+
+    def source_change(
+        self, file: str | int, current: FileInfo, *, root: str | None = None
+    ) -> str | None:
+        """Why ``current`` shows the file changed since the build, or None.
+
+        The size is always compared. ETag / Last-Modified are compared (ETag when both
+        have one, else Last-Modified) only when ``root`` is None or the root the manifest
+        was built from: a mirror or a copy serves the same bytes with other validators.
+        """
+        recorded = self.source(file)
+        if current.size != recorded.size:
+            return f"{recorded.path} is {current.size} bytes, the index recorded {recorded.size}"
+        if root is not None and root != self.identity.root:
+            return None
+        if not recorded.info.same_version(current):
+            return (
+                f"{recorded.path} changed: ETag {current.etag!r} / Last-Modified "
+                f"{current.last_modified!r}, the index recorded {recorded.etag!r} / "
+                f"{recorded.last_modified!r}"
+            )
+        return None
+
+    def check_source(self, file: str | int, current: FileInfo, *, root: str | None = None) -> None:
+        """Raise :class:`StaleSourceError` if the file changed (see :meth:`source_change`)."""
+        reason = self.source_change(file, current, root=root)
+        if reason is not None:
+            raise StaleSourceError(f"{reason}; rebuild the index (episodestream index)")
+
+    def codecs(self) -> dict[str, tuple[str, ...]]:
+        """Camera → distinct sample-entry codecs of its files."""
+        result: dict[str, set[str]] = {camera: set() for camera in self.cameras}
+        for camera, codec in zip(self._files["camera"], self._files["codec"], strict=True):
+            result[str(camera)].add(str(codec))
+        return {camera: tuple(sorted(codecs)) for camera, codecs in result.items()}
+
+    def episode_bytes(self) -> np.ndarray:
+        """Bytes of every span, shape ``(episodes, cameras)``."""
+        return self.spans.byte_end - self.spans.byte_start
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeManifest(episodes={self.num_episodes}, cameras={len(self.cameras)}, "
+            f"files={self.num_files}, samples={self.num_samples}, origin={self.origin!r})"
+        )
+
+
+def _rebuild_manifest(state: dict[str, Any]) -> EpisodeManifest:
+    return EpisodeManifest(**state)

@@ -1,0 +1,393 @@
+"""Find, check, fetch or build the manifest of a dataset: :func:`open_manifest`."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import filelock
+import pyarrow as pa
+
+from episodestream.errors import ManifestError, NotFound
+from episodestream.lerobot import DatasetMeta
+from episodestream.lerobot._rangefile import open_arrow_file
+from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
+from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
+from episodestream.manifest._sidecar import load_sidecar, read_sidecar_header, write_sidecar
+from episodestream.storage import RangeReader
+
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "PUBLISHED_SIDECAR_PATH",
+    "SidecarStatus",
+    "default_cache_dir",
+    "open_manifest",
+    "sidecar_cache_path",
+    "sidecar_status",
+    "verify_sources",
+]
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "EPISODESTREAM_CACHE"
+PUBLISHED_SIDECAR_PATH = "meta/episodestream/index.arrow"
+SIDECAR_FILENAME = "index.arrow"
+# N ranks wait for the one that builds; a build of a huge dataset over a WAN takes a while
+DEFAULT_LOCK_TIMEOUT_S = 3600.0
+_DOWNLOAD_PIECE_BYTES = 64 << 20
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def default_cache_dir() -> Path:
+    """``$EPISODESTREAM_CACHE``, else ``~/.cache/episodestream``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "episodestream"
+
+
+def sidecar_cache_path(meta: DatasetMeta, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the local cache keeps this dataset's sidecar: keyed by root and revision."""
+    base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = hashlib.sha256(f"{meta.root}\0{meta.revision or ''}".encode()).hexdigest()[:20]
+    name = _SLUG.sub("_", meta.root.rstrip("/").rsplit("/", 1)[-1])[-40:] or "dataset"
+    return base / "sidecars" / f"{name}-{key}" / SIDECAR_FILENAME
+
+
+def verify_sources(
+    reader: RangeReader,
+    manifest: EpisodeManifest,
+    *,
+    root: str | None = None,
+    workers: int = DEFAULT_BUILD_WORKERS,
+) -> str | None:
+    """Compare every source file's size and validators with the manifest's record.
+
+    One look-up per file, ``workers`` at a time. Validators are compared only when ``root``
+    is None or the manifest's own root (see ``EpisodeManifest.source_change``).
+    Returns why they differ (a file found changed or missing), or None.
+    """
+
+    def check(index: int) -> str | None:
+        path = manifest.file_paths[index]
+        try:
+            current = source_info(reader, path)
+        except NotFound:
+            return f"{path} is missing"
+        return manifest.source_change(index, current, root=root)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-verify") as pool:
+        for reason in pool.map(check, range(manifest.num_files)):
+            if reason is not None:
+                return reason
+    return None
+
+
+def _try_load(
+    path: Path,
+    expected: DatasetIdentity,
+    origin: str,
+    reader: RangeReader,
+    verify: bool,
+    workers: int,
+) -> tuple[EpisodeManifest | None, str]:
+    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not)."""
+    if not path.is_file():
+        return None, "absent"
+    try:
+        manifest = load_sidecar(path, expect=expected, origin=origin)
+    except ManifestError as error:
+        return None, str(error)
+    if verify:
+        reason = verify_sources(reader, manifest, root=expected.root, workers=workers)
+        if reason is not None:
+            return None, f"{path}: stale sidecar: {reason}"
+    return manifest, ""
+
+
+def _fetch_published(
+    reader: RangeReader, destination: Path, expected: DatasetIdentity
+) -> tuple[bool, str]:
+    """Copy the dataset's published sidecar to ``destination`` if it matches the dataset."""
+    try:
+        size = reader.size(PUBLISHED_SIDECAR_PATH)
+    except NotFound:
+        return False, "absent"
+    where = f"{PUBLISHED_SIDECAR_PATH} (published)"
+    # the identity sits in the footer's schema: check it before fetching the whole file
+    identity = read_sidecar_header(
+        open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=where
+    )
+    reason = identity.mismatch(expected)
+    if reason is not None:
+        return False, f"{where}: {reason}"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(
+        prefix=f".{destination.name}.", suffix=".download", dir=destination.parent
+    )
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for offset in range(0, size, _DOWNLOAD_PIECE_BYTES):
+                length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
+                handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
+            handle.flush()
+            os.fsync(handle.fileno())
+        load_sidecar(temporary, expect=expected)  # whole and readable before it is visible
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, destination)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return True, ""
+
+
+def open_manifest(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    *,
+    sidecar: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    use_published: bool = True,
+    build: bool = True,
+    verify: bool = False,
+    workers: int = DEFAULT_BUILD_WORKERS,
+    progress: bool = True,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> EpisodeManifest:
+    """The manifest of ``meta``'s dataset, from the first usable source in this order:
+
+    1. ``sidecar``, an explicit local path (built and written there when absent or stale
+       and ``build`` is true);
+    2. the local cache, ``sidecar_cache_path(meta, cache_dir)``;
+    3. a copy published under the dataset root, ``meta/episodestream/index.arrow``
+       (checked by its header, then downloaded into the cache);
+    4. built from the videos (``build_manifest``) and written into the cache.
+
+    Steps 2-4 run under a file lock beside the cache entry, so N processes on a host
+    build (or download) it once; files are renamed into place whole, so readers never see
+    half a file. A sidecar for another dataset (revision, info.json, episodes table,
+    totals, cameras) is never used; with ``verify`` every source file's size and
+    ETag/Last-Modified is also compared (one look-up per file) — otherwise the cache
+    layer checks each file when it fetches from it (``manifest.check_source``).
+
+    Args:
+        reader: the dataset's reader.
+        meta: its metadata (``load_dataset_meta``).
+        sidecar: explicit sidecar path.
+        cache_dir: cache folder (default ``$EPISODESTREAM_CACHE`` or
+            ``~/.cache/episodestream``).
+        use_cache: look in / write to the cache folder.
+        use_published: look for a published copy under the dataset root.
+        build: build when nothing usable is found; if false, raise instead.
+        verify: compare source files' sizes and validators with the sidecar's record.
+        workers: concurrent file look-ups when building or verifying.
+        progress: progress bar while building (only on a terminal).
+        lock_timeout_s: longest wait for another process's build.
+
+    Raises:
+        ManifestError: nothing usable and ``build`` is false (saying why each candidate
+            was refused), a build failure, or a lock wait that timed out.
+    """
+    expected = DatasetIdentity.of(meta)
+    refused: list[str] = []
+    if sidecar is not None:
+        path = Path(sidecar)
+        manifest, reason = _try_load(path, expected, "explicit", reader, verify, workers)
+        if manifest is not None:
+            return manifest
+        if not build:
+            raise ManifestError(f"{path}: unusable sidecar ({reason}) and building is disabled")
+        logger.warning("%s: %s; rebuilding it", path, reason)
+        return _build_into(
+            reader,
+            meta,
+            path,
+            "explicit",
+            workers,
+            progress,
+            lock_timeout_s,
+            verify,
+            published=False,
+        )
+
+    cache_path = sidecar_cache_path(meta, cache_dir) if use_cache else None
+    if cache_path is not None:
+        manifest, reason = _try_load(cache_path, expected, "cache", reader, verify, workers)
+        if manifest is not None:
+            return manifest
+        if reason != "absent":
+            logger.warning("cached sidecar refused: %s", reason)
+        refused.append(f"cache: {reason}")
+        try:
+            return _build_into(
+                reader,
+                meta,
+                cache_path,
+                "cache",
+                workers,
+                progress,
+                lock_timeout_s,
+                verify,
+                published=use_published,
+                build=build,
+            )
+        except _NothingUsable as nothing:
+            refused.extend(nothing.reasons)
+            raise ManifestError(
+                "no usable sidecar and building is disabled: " + "; ".join(refused)
+            ) from None
+        except OSError as error:
+            logger.warning(
+                "sidecar cache %s is not writable (%s); working in memory", cache_path.parent, error
+            )
+
+    if use_published:
+        try:
+            size = reader.size(PUBLISHED_SIDECAR_PATH)
+        except NotFound:
+            refused.append("published: absent")
+        else:
+            data = reader.read(PUBLISHED_SIDECAR_PATH, 0, size)
+            try:
+                manifest = load_sidecar(pa.py_buffer(data), expect=expected, origin="published")
+            except ManifestError as error:
+                refused.append(f"published: {error}")
+            else:
+                if (
+                    not verify
+                    or (reason := verify_sources(reader, manifest, root=meta.root, workers=workers))
+                    is None
+                ):
+                    return manifest
+                refused.append(f"published: stale: {reason}")
+    if not build:
+        raise ManifestError(
+            "no usable sidecar and building is disabled: " + "; ".join(refused or ["none found"])
+        )
+    return build_manifest(reader, meta, workers=workers, progress=progress)
+
+
+class _NothingUsable(Exception):
+    def __init__(self, reasons: list[str]) -> None:
+        super().__init__("; ".join(reasons))
+        self.reasons = reasons
+
+
+def _build_into(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    path: Path,
+    origin: str,
+    workers: int,
+    progress: bool,
+    lock_timeout_s: float,
+    verify: bool,
+    *,
+    published: bool,
+    build: bool = True,
+) -> EpisodeManifest:
+    """Under ``path``'s lock: re-check ``path``, try the published copy, else build there."""
+    expected = DatasetIdentity.of(meta)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(f"{path}.lock", timeout=lock_timeout_s)
+    try:
+        with lock:
+            # another process may have finished the job while we waited for the lock
+            manifest, _reason = _try_load(path, expected, origin, reader, verify, workers)
+            if manifest is not None:
+                return manifest
+            reasons: list[str] = []
+            if published:
+                fetched, why = _fetch_published(reader, path, expected)
+                if fetched:
+                    manifest, why = _try_load(path, expected, "published", reader, verify, workers)
+                    if manifest is not None:
+                        logger.info("using the published sidecar, copied to %s", path)
+                        return manifest
+                reasons.append(f"published: {why}")
+            if not build:
+                raise _NothingUsable(reasons)
+            built = build_manifest(reader, meta, workers=workers, progress=progress)
+            write_sidecar(built, path)
+            logger.info("wrote sidecar %s", path)
+            manifest = load_sidecar(path, expect=expected, origin="built")
+            manifest.build_stats = built.build_stats
+            return manifest
+    except filelock.Timeout as error:
+        raise ManifestError(
+            f"waited {lock_timeout_s:.0f} s for {path}.lock: another process is still "
+            f"building the index (delete the lock file if that process died)"
+        ) from error
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarStatus:
+    """One place a sidecar may be: ``state`` is valid, stale, absent or invalid."""
+
+    where: Literal["explicit", "cache", "published"]
+    location: str
+    state: Literal["valid", "stale", "absent", "invalid"]
+    reason: str = ""
+
+
+def sidecar_status(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    *,
+    sidecar: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> list[SidecarStatus]:
+    """Report each candidate sidecar without building or downloading anything."""
+    expected = DatasetIdentity.of(meta)
+    result: list[SidecarStatus] = []
+    candidates: list[tuple[Literal["explicit", "cache"], Path]] = []
+    if sidecar is not None:
+        candidates.append(("explicit", Path(sidecar)))
+    candidates.append(("cache", sidecar_cache_path(meta, cache_dir)))
+    for where, path in candidates:
+        if not path.is_file():
+            result.append(SidecarStatus(where, str(path), "absent"))
+            continue
+        try:
+            manifest = load_sidecar(path)
+        except ManifestError as error:
+            result.append(SidecarStatus(where, str(path), "invalid", str(error)))
+            continue
+        reason = manifest.identity.mismatch(expected) or verify_sources(
+            reader, manifest, root=meta.root
+        )
+        state: Literal["valid", "stale"] = "valid" if reason is None else "stale"
+        result.append(SidecarStatus(where, str(path), state, reason or ""))
+    try:
+        size = reader.size(PUBLISHED_SIDECAR_PATH)
+    except NotFound:
+        result.append(SidecarStatus("published", PUBLISHED_SIDECAR_PATH, "absent"))
+    else:
+        try:
+            identity = read_sidecar_header(
+                open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=PUBLISHED_SIDECAR_PATH
+            )
+        except ManifestError as error:
+            result.append(SidecarStatus("published", PUBLISHED_SIDECAR_PATH, "invalid", str(error)))
+        else:
+            reason = identity.mismatch(expected)
+            result.append(
+                SidecarStatus(
+                    "published",
+                    PUBLISHED_SIDECAR_PATH,
+                    "valid" if reason is None else "stale",
+                    reason or "",
+                )
+            )
+    return result

@@ -1,0 +1,307 @@
+"""The sidecar index: a manifest as one memory-mappable Arrow IPC file.
+
+Layout (version 1): one record batch of one row; every column is a ``large_list`` whose
+single element holds a whole table column, so tables of different lengths share a file
+and each loads as a zero-copy numpy view of the mapped file:
+
+- ``episode.index`` (E) and ``span.<field>`` (E x C, row-major) — the span arrays;
+- ``file.<field>`` (F) — path, camera, size, validator and each scalar ``TrackIndex``
+  field, plus ``file.sample_bounds`` (F + 1, CSR offsets into the sample columns);
+- ``sample.<field>`` (S) — each per-sample ``TrackIndex`` array, all files concatenated
+  (bool arrays stored as uint8).
+
+Schema metadata ``episodestream.sidecar`` holds JSON: format version, dataset identity,
+counts. Loading touches no sample pages, so it costs little time and memory at any size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from episodestream.errors import ManifestError
+from episodestream.manifest._manifest import (
+    SPAN_FIELDS,
+    TRACK_FIELD_KINDS,
+    DatasetIdentity,
+    EpisodeManifest,
+    SpanArrays,
+)
+
+__all__ = [
+    "SIDECAR_VERSION",
+    "load_sidecar",
+    "read_sidecar_header",
+    "sidecar_bytes",
+    "write_sidecar",
+]
+
+SIDECAR_VERSION = 1
+_METADATA_KEY = b"episodestream.sidecar"
+_BOOL_MARK = {b"numpy_dtype": b"bool"}
+
+
+def _one_row(values: pa.Array) -> pa.Array:
+    return pa.LargeListArray.from_arrays(pa.array([0, len(values)], type=pa.int64()), values)
+
+
+def _numeric(values: np.ndarray) -> tuple[pa.Array, dict[bytes, bytes] | None]:
+    array = np.ascontiguousarray(values)
+    if array.dtype == np.bool_:
+        return pa.array(array.view(np.uint8)), _BOOL_MARK
+    return pa.array(array), None
+
+
+def _columns(manifest: EpisodeManifest) -> list[tuple[str, pa.Array, dict[bytes, bytes] | None]]:
+    files = manifest._files
+    samples = manifest._samples
+    columns: list[tuple[str, pa.Array, dict[bytes, bytes] | None]] = [
+        ("episode.index", *_numeric(np.asarray(manifest.episode_index, dtype=np.int64)))
+    ]
+    for name, dtype in SPAN_FIELDS.items():
+        array = np.asarray(getattr(manifest.spans, name), dtype=dtype).reshape(-1)
+        columns.append((f"span.{name}", *_numeric(array)))
+    columns.append(("file.path", pa.array(list(files["path"]), pa.string()), None))
+    columns.append(("file.camera", pa.array(list(files["camera"]), pa.string()), None))
+    columns.append(("file.etag", pa.array(list(files["etag"]), pa.string()), None))
+    columns.append(
+        ("file.last_modified", pa.array(list(files["last_modified"]), pa.string()), None)
+    )
+    columns.append(("file.size", *_numeric(np.asarray(files["size"], dtype=np.int64))))
+    columns.append(
+        ("file.sample_bounds", *_numeric(np.asarray(files["sample_bounds"], dtype=np.int64)))
+    )
+    for name, kind in TRACK_FIELD_KINDS.items():
+        if kind == "array":
+            columns.append((f"sample.{name}", *_numeric(samples[name])))
+        elif kind == "int":
+            columns.append((f"file.{name}", *_numeric(np.asarray(files[name], dtype=np.int64))))
+        elif kind == "str":
+            columns.append((f"file.{name}", pa.array(list(files[name]), pa.string()), None))
+        else:
+            columns.append((f"file.{name}", pa.array(list(files[name]), pa.large_binary()), None))
+    return columns
+
+
+def _header(manifest: EpisodeManifest) -> dict[str, Any]:
+    return {
+        "version": SIDECAR_VERSION,
+        "identity": manifest.identity.to_json(),
+        "cameras": list(manifest.cameras),
+        "num_episodes": manifest.num_episodes,
+        "num_files": manifest.num_files,
+        "num_samples": manifest.num_samples,
+    }
+
+
+def _batch(manifest: EpisodeManifest) -> pa.RecordBatch:
+    fields = []
+    arrays = []
+    for name, values, field_metadata in _columns(manifest):
+        column = _one_row(values)
+        fields.append(pa.field(name, column.type, nullable=False, metadata=field_metadata))
+        arrays.append(column)
+    schema = pa.schema(fields, metadata={_METADATA_KEY: json.dumps(_header(manifest)).encode()})
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def write_sidecar(manifest: EpisodeManifest, path: str | os.PathLike[str]) -> Path:
+    """Write ``manifest`` to ``path`` atomically (temporary file, fsync, rename).
+
+    Readers of ``path`` see the old file or the new one, never half of one. Concurrent
+    writers should hold a lock (``open_manifest`` does); the last rename wins.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    batch = _batch(manifest)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            sink = pa.PythonFile(handle, mode="w")
+            with ipc.new_file(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return target
+
+
+def sidecar_bytes(manifest: EpisodeManifest) -> bytes:
+    """The sidecar file's bytes in memory (for publishing through a writer of one's own)."""
+    batch = _batch(manifest)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _parse_header(schema: pa.Schema, where: str) -> dict[str, Any]:
+    raw = (schema.metadata or {}).get(_METADATA_KEY)
+    if raw is None:
+        raise ManifestError(f"{where}: not an episodestream sidecar (no header)")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ManifestError(f"{where}: sidecar header is not JSON: {error}") from error
+    version = header.get("version") if isinstance(header, dict) else None
+    if version != SIDECAR_VERSION:
+        raise ManifestError(
+            f"{where}: sidecar format version {version!r}, this library reads "
+            f"{SIDECAR_VERSION}; rebuild it with `episodestream index`"
+        )
+    return header
+
+
+def read_sidecar_header(source: pa.NativeFile | pa.Buffer, *, where: str) -> DatasetIdentity:
+    """The identity recorded in a sidecar, reading only its footer and schema."""
+    try:
+        reader = ipc.open_file(source)
+    except (pa.ArrowException, OSError) as error:
+        raise ManifestError(f"{where}: not a readable sidecar: {error}") from error
+    return DatasetIdentity.from_json(_parse_header(reader.schema, where)["identity"])
+
+
+def _flat(batch: pa.RecordBatch, name: str, where: str) -> pa.Array:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        raise ManifestError(
+            f"{where}: sidecar lacks column {name!r} (written by another version); rebuild it"
+        )
+    column = batch.column(index)
+    if len(column) != 1:
+        raise ManifestError(f"{where}: column {name!r} must have exactly one row")
+    return column.flatten()
+
+
+def _numpy(batch: pa.RecordBatch, name: str, where: str) -> np.ndarray:
+    values = _flat(batch, name, where)
+    try:
+        array = values.to_numpy(zero_copy_only=True)
+    except (pa.ArrowException, ValueError) as error:
+        raise ManifestError(f"{where}: column {name!r} is not a plain numeric array") from error
+    field = batch.schema.field(name)
+    if field.metadata and field.metadata.get(b"numpy_dtype") == b"bool":
+        array = array.view(np.bool_)
+    return array
+
+
+def load_sidecar(
+    path: str | os.PathLike[str] | pa.Buffer,
+    *,
+    expect: DatasetIdentity | None = None,
+    origin: str = "explicit",
+) -> EpisodeManifest:
+    """Memory-map a sidecar file (or read a buffer) as an :class:`EpisodeManifest`.
+
+    Arrays are zero-copy, read-only views of the mapping: nothing per sample is read.
+
+    Args:
+        path: the sidecar file, or its bytes as a ``pyarrow.Buffer``.
+        expect: the identity of the dataset it must describe (checked when given).
+        origin: recorded on the manifest (``explicit``, ``cache``, ``published``, ``built``).
+
+    Raises:
+        ManifestError: unreadable, another format version, inconsistent, or (with
+            ``expect``) describing another dataset — the message says why.
+    """
+    if isinstance(path, pa.Buffer):
+        where = "<sidecar buffer>"
+        sidecar_path = None
+        source: Any = path
+    else:
+        where = str(path)
+        sidecar_path = Path(path)
+        try:
+            source = pa.memory_map(where, "r")
+        except FileNotFoundError as error:
+            raise ManifestError(f"{where}: no such sidecar") from error
+        except (pa.ArrowException, OSError) as error:
+            raise ManifestError(f"{where}: cannot map sidecar: {error}") from error
+    try:
+        reader = ipc.open_file(source)
+        header = _parse_header(reader.schema, where)
+        if reader.num_record_batches != 1:
+            raise ManifestError(
+                f"{where}: expected 1 record batch, found {reader.num_record_batches}"
+            )
+        batch = reader.get_batch(0)
+    except ManifestError:
+        raise
+    except (pa.ArrowException, OSError) as error:
+        raise ManifestError(f"{where}: not a readable sidecar: {error}") from error
+    identity = DatasetIdentity.from_json(header["identity"])
+    if expect is not None:
+        reason = identity.mismatch(expect)
+        if reason is not None:
+            raise ManifestError(f"{where}: sidecar does not match the dataset: {reason}")
+
+    cameras = tuple(str(c) for c in header.get("cameras", ()))
+    episodes = _numpy(batch, "episode.index", where)
+    shape = (len(episodes), len(cameras))
+    spans: dict[str, np.ndarray] = {}
+    for name in SPAN_FIELDS:
+        flat = _numpy(batch, f"span.{name}", where)
+        if flat.size != shape[0] * shape[1]:
+            raise ManifestError(
+                f"{where}: column 'span.{name}' has {flat.size} values, expected "
+                f"{shape[0] * shape[1]}"
+            )
+        spans[name] = flat.reshape(shape)
+    files: dict[str, Any] = {
+        "path": _flat(batch, "file.path", where).to_pylist(),
+        "camera": _flat(batch, "file.camera", where).to_pylist(),
+        "etag": _flat(batch, "file.etag", where).to_pylist(),
+        "last_modified": _flat(batch, "file.last_modified", where).to_pylist(),
+        "size": _numpy(batch, "file.size", where),
+        "sample_bounds": _numpy(batch, "file.sample_bounds", where),
+    }
+    samples: dict[str, np.ndarray] = {}
+    for name, kind in TRACK_FIELD_KINDS.items():
+        if kind == "array":
+            samples[name] = _numpy(batch, f"sample.{name}", where)
+        elif kind == "int":
+            files[name] = _numpy(batch, f"file.{name}", where)
+        else:
+            files[name] = _flat(batch, f"file.{name}", where).to_pylist()
+    num_files = len(files["path"])
+    for name, values in files.items():
+        expected_length = num_files + 1 if name == "sample_bounds" else num_files
+        if len(values) != expected_length:
+            raise ManifestError(
+                f"{where}: column 'file.{name}' has {len(values)} values, "
+                f"expected {expected_length}"
+            )
+    return EpisodeManifest(
+        identity=identity,
+        cameras=cameras,
+        episode_index=episodes,
+        spans=SpanArrays(**spans),
+        files=files,
+        samples=samples,
+        origin=origin,
+        sidecar_path=sidecar_path,
+    )
+
+
+def _reopen_sidecar(path: str, identity: DatasetIdentity, origin: str) -> EpisodeManifest:
+    """Unpickling: map the same sidecar again and insist it is still the same dataset."""
+    manifest = load_sidecar(path, origin=origin)
+    if manifest.identity != identity:
+        raise ManifestError(f"{path}: the sidecar was replaced by one for another dataset")
+    return manifest
