@@ -20,6 +20,8 @@ __all__ = ["main"]
 _COMMAND_MODULES: tuple[str, ...] = (
     "_make_dataset",
     "_serve",
+    "_index",
+    "_inspect",
 )
 
 

@@ -256,7 +256,7 @@ def build_manifest(
         bytes_read=int(after.get("bytes", 0)) - int(before.get("bytes", 0)),
         seconds=time.monotonic() - started,
     )
-    logger.info(
+    logger.debug(
         "indexed %d video files (%d episodes x %d cameras) in %.2f s: %d requests, %d bytes",
         stats.files,
         len(table),
