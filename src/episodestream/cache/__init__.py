@@ -1,6 +1,7 @@
 """Cache layer: byte-budgeted episode clip cache with background prefetch."""
 
 from episodestream.cache._cache import CacheMetrics, EpisodeByteCache, ResidentEpisode
+from episodestream.cache._manifest_source import ManifestClipSource
 from episodestream.cache._source import ClipJob, ClipSource, EpisodeClip
 
 __all__ = [
@@ -9,5 +10,6 @@ __all__ = [
     "ClipSource",
     "EpisodeByteCache",
     "EpisodeClip",
+    "ManifestClipSource",
     "ResidentEpisode",
 ]
