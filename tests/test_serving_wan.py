@@ -300,7 +300,7 @@ def test_settings_size_the_buffer_to_the_link():
     assert WanSettings().queue_limit_bytes == 16 * MIB
     # 100 MiB/s x 50 ms one way = 5 MiB in flight; the lane holds twice that
     assert WanSettings(rtt_ms=100, bandwidth_mibps=100).queue_limit_bytes >= 10 * MIB
-    assert WanSettings(rtt_ms=1, bandwidth_mibps=1).queue_limit_bytes == MIB
+    assert WanSettings(rtt_ms=1, bandwidth_mibps=1).queue_limit_bytes == 4 * MIB
     assert WanSettings(rtt_ms=50, bandwidth_mibps=40).describe() == (
         "rtt 50 ms, 40 MiB/s per connection"
     )

@@ -52,7 +52,10 @@ MIB = 1024 * 1024
 # connection carries at most DEFAULT_UNLIMITED_QUEUE_BYTES / (rtt / 2) per second — like a
 # real TCP window, and far above what the benchmarks' links carry.
 DEFAULT_UNLIMITED_QUEUE_BYTES = 16 * MIB
-_MIN_QUEUE_BYTES = 1 * MIB
+# a capped lane holds its bandwidth-delay product in flight plus a backlog that keeps the
+# link busy while reading from the source resumes
+_MIN_QUEUE_BYTES = 4 * MIB
+_BACKLOG_BYTES = 2 * MIB
 _MIN_CUSTOM_QUEUE_BYTES = 64 * 1024
 # pacing granularity of a capped lane: slices of about this much link time
 _SLICE_SECONDS = 0.005
@@ -60,7 +63,10 @@ _MIN_SLICE_BYTES = 4 * 1024
 _MAX_SLICE_BYTES = 256 * 1024
 # the destination transport's own buffer stays small; the lane queue is the real buffer
 _SINK_HIGH_WATER_BYTES = 256 * 1024
-# deliver everything due within this much of now in one write
+# The selector rounds its timeout up to whole milliseconds, so a timer set for the exact
+# delivery time fires 0-1 ms late (0.5 ms on average) and every lane would add that lag.
+# Timers fire half that early instead and deliver what is due within the same slack: errors
+# of either sign, about zero on average. Short delays get a proportionally smaller slack.
 _DELIVERY_SLACK_S = 0.0005
 DEFAULT_START_TIMEOUT_S = 5.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
@@ -76,7 +82,8 @@ class WanSettings:
         connect_rtts: round trips charged when a connection opens before its first byte
             moves (1 = a TCP handshake; 2 would model TCP + TLS 1.3).
         buffer_bytes: per-lane buffer bound; ``None`` picks twice the bandwidth-delay product
-            (at least 1 MiB), or :data:`DEFAULT_UNLIMITED_QUEUE_BYTES` without a rate cap.
+            plus 2 MiB (at least 4 MiB), or :data:`DEFAULT_UNLIMITED_QUEUE_BYTES` without a
+            rate cap.
     """
 
     rtt_ms: float = 0.0
@@ -116,7 +123,7 @@ class WanSettings:
         rate = self.bandwidth_bytes_per_s
         if rate is None:
             return DEFAULT_UNLIMITED_QUEUE_BYTES
-        return max(_MIN_QUEUE_BYTES, int(2 * rate * self.one_way_delay_s) + _MAX_SLICE_BYTES)
+        return max(_MIN_QUEUE_BYTES, int(2 * rate * self.one_way_delay_s) + _BACKLOG_BYTES)
 
     def describe(self) -> str:
         rate = "unlimited" if self.bandwidth_mibps is None else f"{self.bandwidth_mibps:g} MiB/s"
@@ -153,8 +160,11 @@ class _Lane:
         self.to_upstream = to_upstream
         settings = link.settings
         self.delay_s = settings.one_way_delay_s
+        self.slack_s = min(_DELIVERY_SLACK_S, self.delay_s / 4)
         self.rate = settings.bandwidth_bytes_per_s
         self.limit = settings.queue_limit_bytes
+        # resume reading well before the queue runs dry, so the link never idles waiting
+        self.resume_below = self.limit * 3 // 4
         self.slice_bytes = (
             _MAX_SLICE_BYTES
             if self.rate is None
@@ -230,14 +240,14 @@ class _Lane:
             and not self.sink_paused
             and not self.finished
         ):
-            self.timer = self.link.loop.call_at(self.queue[0][0], self._deliver)
+            self.timer = self.link.loop.call_at(self.queue[0][0] - self.slack_s, self._deliver)
 
     def _deliver(self) -> None:
         self.timer = None
         sink = self.sink
         if sink is None or self.sink_paused or self.finished:
             return
-        due = self.link.loop.time() + _DELIVERY_SLACK_S
+        due = self.link.loop.time() + self.slack_s
         batch: list[memoryview] = []
         eof = False
         while self.queue and self.queue[0][0] <= due:
@@ -263,7 +273,7 @@ class _Lane:
                 sink.close()
             self.link.lane_finished()
             return
-        if self.source_paused and self.queued_bytes <= self.limit // 2 and self.source:
+        if self.source_paused and self.queued_bytes <= self.resume_below and self.source:
             self.source_paused = False
             self.source.resume_reading()
         self._schedule()

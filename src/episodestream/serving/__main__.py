@@ -1,0 +1,5 @@
+import sys
+
+from episodestream.serving._measure import main
+
+sys.exit(main())
