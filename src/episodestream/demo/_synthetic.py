@@ -345,6 +345,7 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
                     fps=spec.fps,
                     camera=camera_number,
                     episodes=[(e, lengths[e]) for e in group],
+                    label=str(path.relative_to(root)),
                 )
             )
             from_timestamp = 0.0
@@ -489,6 +490,8 @@ def write_synthetic_dataset(
     try:
         _build(staging, spec)
         _commit(staging, out)
+    except DatasetFormatError as error:
+        raise DatasetFormatError(f"cannot write dataset to {out}: {error}") from error
     except OSError as error:
         raise LocationError(f"cannot write dataset to {out}: {error}") from error
     finally:

@@ -136,10 +136,13 @@ def encode_camera_file(
     fps: int,
     camera: int,
     episodes: Sequence[tuple[int, int]],
+    label: str | None = None,
 ) -> dict[int, np.ndarray]:
     """Encode the frames of ``episodes`` (``(episode_index, length)`` pairs, in order) back to
     back into one MP4 at ``path``; the first frame of the file presents at time 0 and frame ``k``
     of the file at ``k / fps``.
+
+    ``label`` names the file in error messages (default: ``path``).
 
     Returns:
         episode_index -> ``(3, 256)`` RGB histogram of that episode's source frames (sampled).
@@ -184,7 +187,7 @@ def encode_camera_file(
                 container.mux(packet)
     except (av.FFmpegError, OSError) as error:
         raise DatasetFormatError(
-            f"could not encode {path} with {settings.encoder}: {error}"
+            f"could not encode {label or path} with {settings.encoder}: {error}"
         ) from error
     logger.debug("encoded %s: %d frames, %s", path, pts, settings.encoder)
     return histograms
