@@ -30,6 +30,17 @@ _NUMERIC_DTYPES = frozenset(
 _STRING_DTYPES = frozenset({"string", "str"})
 _CHW = ("channels", "height", "width")
 _HWC = ("height", "width", "channels")
+# spellings seen in published datasets ("channel" is common for image features)
+_AXIS_ALIASES = {
+    "channel": "channels",
+    "channels": "channels",
+    "c": "channels",
+    "rgb": "channels",
+    "height": "height",
+    "h": "height",
+    "width": "width",
+    "w": "width",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +123,10 @@ def _visual(
         raise DatasetFormatError(
             f"{file}: field features.{key}.shape must have 3 axes for a {dtype}, got {shape}"
         )
-    if names is not None and tuple(names) == _CHW:
+    axes = tuple(_AXIS_ALIASES.get(n.lower(), n) for n in names) if names is not None else None
+    if axes == _CHW:
         channels_first = True
-    elif names is not None and tuple(names) == _HWC:
+    elif axes == _HWC:
         channels_first = False
     elif names is None or len(names) != 3:
         # no usable names: the channel axis is the one of size 1, 3 or 4 at either end
