@@ -11,7 +11,7 @@ import email.utils
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from episodestream.errors import (
@@ -152,7 +152,9 @@ class FsspecRangeReader:
         etag = info.get("ETag") or info.get("etag")
         modified = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
         if isinstance(modified, datetime):
-            modified = email.utils.format_datetime(modified, usegmt=modified.tzinfo is not None)
+            if modified.tzinfo is None:
+                modified = modified.replace(tzinfo=UTC)
+            modified = email.utils.format_datetime(modified.astimezone(UTC), usegmt=True)
         elif modified is not None:
             modified = str(modified)
         return FileInfo(int(info["size"]), etag, modified)

@@ -31,6 +31,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import (
     EmptyPoolError,
     HTTPError,
+    NewConnectionError,
     ReadTimeoutError,
     SSLError,
 )
@@ -531,6 +532,11 @@ class HttpRangeReader:
         except SSLError as error:
             # A certificate problem does not fix itself; do not retry.
             raise StorageError(f"{redact_url(url)}: TLS error: {error}") from error
+        except NewConnectionError as error:
+            # Checked first: urllib3 makes it a subclass of its ConnectTimeoutError.
+            raise _Retry(
+                StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
+            ) from error
         except (Urllib3TimeoutError, TimeoutError) as error:
             raise _Retry(
                 StorageTimeout(f"{redact_url(url)}: timed out: {_describe(error)}")
@@ -551,19 +557,45 @@ class HttpRangeReader:
         response.close()
         response.release_conn()
 
-    def _read_small_body(self, response: urllib3.BaseHTTPResponse, limit: int) -> bytes | None:
-        """The whole body if it is declared and small; else None (and the connection closed)."""
+    def _read_small_body(
+        self, response: urllib3.BaseHTTPResponse, limit: int, *, strict: bool = False
+    ) -> bytes | None:
+        """The whole body when it fits in ``limit`` bytes, the connection then reused.
+
+        A larger (declared or actual) body, or a broken one, closes the connection and gives
+        ``None`` — or, with ``strict``, raises: ``InvalidResponse`` for too large, ``_Retry``
+        for a broken transfer.
+        """
+        where = redact_url(response.geturl() or "") or "response"
         length = response.headers.get("Content-Length")
-        if length is None or not length.isdigit() or int(length) > limit:
+        if length is not None and (not length.strip().isdigit() or int(length) > limit):
             self._discard(response)
+            if strict:
+                raise InvalidResponse(f"{where}: body of {length} bytes exceeds {limit}")
             return None
+        parts: list[bytes] = []
+        total = 0
         try:
-            body = response.read(int(length))
-        except (HTTPError, OSError):
+            while True:
+                # Read to the end (declared length or chunked EOF) so the response is complete
+                # and its connection reusable; never more than ``limit`` + 1 bytes.
+                chunk = response.read(min(_READ_CHUNK_BYTES, limit + 1 - total))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    self._discard(response)
+                    if strict:
+                        raise InvalidResponse(f"{where}: body larger than {limit} bytes")
+                    return None
+        except (HTTPError, OSError) as error:
             self._discard(response)
+            if strict:
+                raise _Retry(StorageError(f"{where}: body broken: {_describe(error)}")) from error
             return None
         response.release_conn()
-        return body
+        return b"".join(parts)
 
     # -------------------------------------------------------------------------- exchanges
 
@@ -953,19 +985,8 @@ class HttpRangeReader:
                     continue
                 if status == 200:
                     headers = response.headers
-                    body = self._read_small_body(response, max_bytes)
-                    if body is None:
-                        raise InvalidResponse(
-                            f"{redact_url(url)}: document without Content-Length or larger "
-                            f"than {max_bytes} bytes"
-                        )
-                    declared = int(headers["Content-Length"])
-                    if len(body) != declared:
-                        raise _Retry(
-                            InvalidResponse(
-                                f"{redact_url(url)}: body of {len(body)} of {declared} bytes"
-                            )
-                        )
+                    body = self._read_small_body(response, max_bytes, strict=True)
+                    assert body is not None
                     self._metrics.add("bytes", len(body))
                     return body, headers
                 self._raise_for_status(state, response, None, None)

@@ -1,0 +1,254 @@
+"""The HTTP reader against a fault-injecting server: exact bytes or a typed error, never a hang."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+
+from episodestream import (
+    InvalidResponse,
+    NotFound,
+    RangeNotSupported,
+    StaleSourceError,
+    StorageError,
+    StorageTimeout,
+)
+from episodestream.storage import HttpRangeReader, Limits, ReadRequest, RetryPolicy, Timeouts
+from tests.plugins.storage import Fault, FaultServer
+
+pytestmark = pytest.mark.timeout(60)
+
+DATA = random.Random(42).randbytes(2_000_000)
+PATH = "videos/file-000.mp4"
+# Fast retries so fault tests take milliseconds; bounded attempts so failures end.
+FAST = RetryPolicy(max_attempts=4, backoff_initial_seconds=0.01, backoff_max_seconds=0.05)
+NO_SPLIT = Limits(split_threshold_bytes=0, coalesce_gap_bytes=-1)
+
+
+def _reader(server: FaultServer, **options) -> HttpRangeReader:
+    options.setdefault("retry", FAST)
+    options.setdefault("limits", NO_SPLIT)
+    options.setdefault("timeouts", Timeouts(connect_seconds=2, read_seconds=2))
+    return HttpRangeReader(server.url, seed=0, **options)
+
+
+@pytest.fixture
+def served(fault_server: FaultServer) -> FaultServer:
+    fault_server.put(PATH, DATA)
+    return fault_server
+
+
+def test_503_burst_is_retried_and_logged(served, tmp_path):
+    log = tmp_path / "failures.jsonl"
+    served.inject(PATH, *[Fault("status", status=503, retry_after="0")] * 3)
+    with _reader(served, failure_log=log, token="tok-SECRET") as reader:
+        assert reader.read(PATH, 1000, 5000) == DATA[1000:6000]
+        assert reader.metrics()["retries"] == 3
+        assert reader.metrics()["status_503"] == 3
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["status"] for r in records] == [503, 503, 503]
+    assert all(r["retry"] and r["range"] == [1000, 5999] for r in records)
+    assert "SECRET" not in log.read_text()
+
+
+def test_retry_statuses_and_retry_after(served, tmp_path):
+    log = tmp_path / "failures.jsonl"
+    faults = [Fault("status", status=s) for s in (408, 425, 500, 502, 504)]
+    served.inject(PATH, Fault("status", status=429, retry_after="1"), *faults)
+    policy = RetryPolicy(max_attempts=7, backoff_initial_seconds=0.01, backoff_max_seconds=0.02)
+    with _reader(served, retry=policy, failure_log=log) as reader:
+        assert reader.read(PATH, 0, 100) == DATA[:100]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["status"] for r in records] == [429, 408, 425, 500, 502, 504]
+    assert records[0]["delay_seconds"] == 1.0  # Retry-After won over a 10 ms backoff
+    assert all(r["delay_seconds"] <= 0.02 for r in records[1:])
+
+
+def test_persistent_503_gives_up_after_the_attempt_budget(served):
+    served.inject(PATH, *[Fault("status", status=503)] * 10)
+    with _reader(served) as reader, pytest.raises(StorageError) as info:
+        reader.read(PATH, 0, 10)
+    assert "HTTP 503" in str(info.value) and "4 attempt" in str(info.value)
+    assert PATH in str(info.value) and "bytes 0-9" in str(info.value)
+    assert len(served.requests_for(PATH)) == 4
+
+
+def test_no_retry_on_404(served):
+    with _reader(served) as reader, pytest.raises(NotFound):
+        reader.read("videos/missing.mp4", 0, 10)
+    assert len(served.requests_for("videos/missing.mp4")) == 1
+
+
+def test_connection_reset_mid_body(served):
+    served.inject(PATH, Fault("reset", after_bytes=300_000))
+    with _reader(served) as reader:
+        assert reader.read(PATH, 10, 1_500_000) == DATA[10:1_500_010]
+        assert reader.metrics()["retries"] + reader.metrics()["resumes"] >= 1
+
+
+def test_truncated_body_resumes_from_the_first_missing_byte(served):
+    served.inject(PATH, Fault("truncate", after_bytes=123_456))
+    with _reader(served) as reader:
+        assert reader.read(PATH, 1000, 500_000) == DATA[1000:501_000]
+        assert reader.metrics()["resumes"] == 1
+    ranges = [r.header("Range") for r in served.requests_for(PATH)]
+    assert ranges == ["bytes=1000-500999", f"bytes={1000 + 123_456}-500999"]
+
+
+def test_repeated_truncation_still_converges(served):
+    served.inject(PATH, *[Fault("truncate", after_bytes=50_000)] * 6)
+    with _reader(served) as reader:
+        assert reader.read(PATH, 0, 400_000) == DATA[:400_000]
+        assert reader.metrics()["resumes"] == 6
+
+
+def test_first_byte_slower_than_the_timeout(served):
+    served.inject(PATH, Fault("stall", delay_seconds=1.5))
+    timeouts = Timeouts(connect_seconds=1, read_seconds=0.3)
+    with _reader(served, timeouts=timeouts) as reader:
+        assert reader.read(PATH, 0, 1000) == DATA[:1000]
+        assert reader.metrics()["retries"] == 1
+
+
+def test_a_server_that_always_stalls_ends_in_storage_timeout(served):
+    served.inject(PATH, *[Fault("stall", delay_seconds=1.5)] * 2)
+    timeouts = Timeouts(connect_seconds=1, read_seconds=0.3)
+    policy = RetryPolicy(max_attempts=2, backoff_initial_seconds=0.01)
+    with (
+        _reader(served, timeouts=timeouts, retry=policy) as reader,
+        pytest.raises(StorageTimeout) as info,
+    ):
+        reader.read(PATH, 0, 1000)
+    assert isinstance(info.value, TimeoutError)
+    assert "bytes 0-999" in str(info.value)
+
+
+def test_wrong_content_range_is_never_trusted(served):
+    served.inject(PATH, Fault("wrong_range", shift=7))
+    with _reader(served) as reader:
+        assert reader.read(PATH, 100, 1000) == DATA[100:1100]
+    served.inject(PATH, *[Fault("wrong_range", shift=1)] * 4)
+    with _reader(served) as reader, pytest.raises(InvalidResponse) as info:
+        reader.read(PATH, 100, 1000)
+    assert "Content-Range" in str(info.value) and "bytes 100-1099" in str(info.value)
+
+
+def test_200_instead_of_206_streams_to_the_range_without_buffering(served):
+    served.inject(PATH, Fault("ignore_range"))
+    with _reader(served, max_skip_bytes=64 * 1024) as reader:
+        assert reader.read(PATH, 50_000, 1000) == DATA[50_000:51_000]
+        metrics = reader.metrics()
+        assert metrics["range_ignored"] == 1
+        # Read up to the end of the range, not the whole 2 MB file.
+        assert metrics["bytes"] <= 51_000 + 1  # (+1: nothing else was read)
+
+
+def test_200_instead_of_206_far_into_a_file_is_range_not_supported(served):
+    served.inject(PATH, Fault("ignore_range"))
+    with _reader(served, max_skip_bytes=64 * 1024) as reader:
+        with pytest.raises(RangeNotSupported) as info:
+            reader.read(PATH, 1_000_000, 1000)
+        assert reader.metrics()["bytes"] == 0
+    assert "bytes 1000000-1000999" in str(info.value)
+
+
+def test_file_replaced_between_reads_is_stale(served):
+    with _reader(served) as reader:
+        assert reader.read(PATH, 0, 100) == DATA[:100]
+        served.replace(PATH, DATA[::-1])
+        with pytest.raises(StaleSourceError) as info:
+            reader.read(PATH, 100, 100)
+        # The pinned validator went out as If-Range; the server answered 200 with the new file.
+        first, last = served.requests_for(PATH)[0], served.requests_for(PATH)[-1]
+        assert first.header("If-Range") is None
+        assert last.header("If-Range") is not None and last.status == 200
+    assert "changed" in str(info.value) and PATH in str(info.value)
+
+
+def test_file_replaced_mid_read_many_is_stale(served):
+    with _reader(served, limits=Limits(max_concurrency=2, coalesce_gap_bytes=-1)) as reader:
+        reader.size(PATH)
+        served.inject(PATH, None, None, Fault("replace", data=DATA[::-1]))  # type: ignore[arg-type]
+        requests = [ReadRequest(PATH, i * 100_000, 1000) for i in range(8)]
+        with pytest.raises(StaleSourceError):
+            reader.read_many(requests)
+
+
+def test_stale_detection_with_last_modified_only(fault_server):
+    fault_server.put(PATH, DATA, validators="last_modified")
+    with _reader(fault_server) as reader:
+        info = reader.file_info(PATH)
+        assert info.etag is None and info.last_modified is not None
+        fault_server.replace(PATH, DATA[::-1])
+        with pytest.raises(StaleSourceError):
+            reader.read(PATH, 0, 10)
+
+
+def test_same_size_replacement_without_validators_is_still_refused_when_size_changes(
+    fault_server,
+):
+    fault_server.put(PATH, DATA, validators="none")
+    with _reader(fault_server) as reader:
+        assert reader.size(PATH) == len(DATA)
+        fault_server.replace(PATH, DATA + b"x")
+        with pytest.raises(StaleSourceError):
+            reader.read(PATH, 0, 10)
+
+
+def test_large_range_is_split_into_parallel_sub_ranges(served):
+    limits = Limits(split_threshold_bytes=500_000, split_part_bytes=300_000, max_concurrency=4)
+    with _reader(served, limits=limits) as reader:
+        assert reader.read(PATH, 7, 1_200_000) == DATA[7:1_200_007]
+    ranges = sorted(r.header("Range") for r in served.requests_for(PATH))
+    assert ranges == sorted(
+        ["bytes=7-300006", "bytes=300007-600006", "bytes=600007-900006", "bytes=900007-1200006"]
+    )
+
+
+def test_adjacent_small_ranges_are_coalesced(served):
+    limits = Limits(coalesce_gap_bytes=100, coalesce_max_bytes=1_000_000)
+    requests = [ReadRequest(PATH, 1000 + i * 4096, 4096) for i in range(16)]
+    requests.append(ReadRequest(PATH, 1000 + 16 * 4096 + 50, 10))  # within the gap
+    requests.append(ReadRequest(PATH, 900_000, 10))  # far away: its own request
+    with _reader(served, limits=limits) as reader:
+        assert reader.read_many(requests) == [DATA[r.offset : r.end] for r in requests]
+        assert reader.metrics()["coalesced_requests"] == 16
+    assert len(served.requests_for(PATH)) == 2
+
+
+def test_connection_refused_ends_in_a_typed_error():
+    server = FaultServer()
+    url = server.url
+    server.close()
+    policy = RetryPolicy(max_attempts=3, backoff_initial_seconds=0.01)
+    with HttpRangeReader(url, retry=policy) as reader, pytest.raises(StorageError) as info:
+        reader.read("x", 0, 1)
+    assert "connection failed" in str(info.value) and "3 attempt" in str(info.value)
+
+
+def test_close_interrupts_a_retry_wait_and_joins_threads(served):
+    served.inject(PATH, *[Fault("status", status=503, retry_after="30")] * 4)
+    policy = RetryPolicy(max_attempts=4, retry_after_max_seconds=30)
+    reader = _reader(served, retry=policy)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            reader.read(PATH, 0, 10)
+        except BaseException as error:
+            errors.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    while not served.requests_for(PATH):
+        threading.Event().wait(0.01)
+    reader.close()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError)
+    assert "closed" in str(errors[0])
+    with pytest.raises(StorageError, match="closed"):
+        reader.read(PATH, 0, 10)
