@@ -1,0 +1,181 @@
+"""Span planning: which samples and bytes present a time span exactly (pure numpy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from episodestream.errors import FrameNotFoundError, Mp4FormatError
+from episodestream.mp4._index import TrackIndex
+
+__all__ = [
+    "DEFAULT_TOLERANCE_S",
+    "MAX_REORDER_DEPTH",
+    "SpanPlan",
+    "clip_samples",
+    "plan_span",
+    "reorder_depth",
+]
+
+#: Slack on both ends of a span, the frame-matching tolerance LeRobot uses.
+DEFAULT_TOLERANCE_S = 1e-4
+#: Largest B-frame reorder delay looked for (the H.264/HEVC decoded-picture-buffer limit).
+MAX_REORDER_DEPTH = 16
+# Samples around a span in which its reorder depth is measured.
+_DEPTH_CONTEXT = 256
+_AVC_CODECS = frozenset({"avc1", "avc3"})
+
+
+@dataclass(frozen=True, slots=True)
+class SpanPlan:
+    """What to fetch from a source file to present the span ``[t0, t1]`` (closed interval).
+
+    ``sample_start`` is a sync sample from which every frame presented in the span decodes
+    correctly; ``sample_end`` (exclusive) is the first decode-order sample after every
+    frame presented in the span. The clip holds the samples of that range except the
+    leading pictures of ``sample_start`` (samples after it in decode order presented before
+    it: open-GOP frames that reference the previous GOP and cannot decode from here).
+    ``[byte_start, byte_end)`` covers the clip's samples. A clip presents every frame it
+    holds, at clip time = source time - ``time_offset_s``.
+    """
+
+    sample_start: int
+    sample_end: int
+    byte_start: int
+    byte_end: int
+    time_offset_s: float  # source presentation time = clip presentation time + offset
+    first_pts_s: float  # first source presentation time presented in [t0, t1]
+    last_pts_s: float  # last one
+    frame_count: int  # frames presented in [t0, t1]
+
+    @property
+    def byte_length(self) -> int:
+        return self.byte_end - self.byte_start
+
+
+def plan_span(
+    index: TrackIndex, t0_s: float, t1_s: float, *, tolerance_s: float = DEFAULT_TOLERANCE_S
+) -> SpanPlan:
+    """Plan the samples and bytes that present every frame shown in ``[t0_s, t1_s]``.
+
+    A frame is in the span when its source presentation time (``index.pts_seconds()``)
+    lies in ``[t0_s - tolerance_s, t1_s + tolerance_s]`` and FFmpeg presents it (its pts is
+    at or after the edit list's start).
+
+    Raises:
+        FrameNotFoundError: no frame is presented in the span.
+        Mp4FormatError: a frame of the span has no sync sample from which it decodes.
+    """
+    pts = index.pts
+    pts_s = index.pts_seconds()
+    in_span = (pts_s >= t0_s - tolerance_s) & (pts_s <= t1_s + tolerance_s)
+    if index.presentation_start is not None:
+        in_span &= pts >= index.presentation_start
+    members = np.flatnonzero(in_span)
+    if members.shape[0] == 0:
+        raise FrameNotFoundError(
+            f"no frame of track {index.track_id} is presented in [{t0_s}, {t1_s}] s "
+            f"(tolerance {tolerance_s} s)"
+        )
+    first_decode = int(members[0])
+    member_pts = pts[members]
+    first_pts = int(member_pts.min())
+    last_pts = int(member_pts.max())
+
+    # Sync samples at or before the span's first decoded frame that present no later than
+    # the span's first frame: frames presented before a sync sample but decoded after it
+    # (open GOP) reference the previous GOP, so such a span must start earlier.
+    starts = np.flatnonzero(index.keyframes[: first_decode + 1])
+    starts = starts[pts[starts] <= first_pts]
+    if starts.shape[0] == 0:
+        raise Mp4FormatError(
+            f"track {index.track_id}: the frame at {first_pts / index.timescale} s "
+            f"(sample {first_decode}) follows no sync sample it can be decoded from"
+        )
+    start = int(starts[-1])
+    end = int(members[-1]) + 1
+    kept = clip_samples(index, start, end)
+    if index.codec in _AVC_CODECS and start > 0:
+        start, end, kept = _flush_safe(index, starts, start, end, kept)
+
+    byte_start = int(index.offsets[kept].min())
+    byte_end = int((index.offsets[kept] + index.sizes[kept]).max())
+    ts = np.float64(index.timescale)
+    return SpanPlan(
+        sample_start=start,
+        sample_end=end,
+        byte_start=byte_start,
+        byte_end=byte_end,
+        time_offset_s=float(pts[start] / ts),
+        first_pts_s=float(first_pts / ts),
+        last_pts_s=float(last_pts / ts),
+        frame_count=int(members.shape[0]),
+    )
+
+
+def reorder_depth(pts: np.ndarray) -> int:
+    """Most frames decoded before a frame yet presented after it (the B-frame delay).
+
+    Looks back at most :data:`MAX_REORDER_DEPTH` samples (the H.264/HEVC DPB limit).
+    """
+    n = pts.shape[0]
+    depth = np.zeros(n, dtype=np.int64)
+    for back in range(1, min(MAX_REORDER_DEPTH, n - 1) + 1):
+        depth[back:] += pts[:-back] > pts[back:]
+    return int(depth.max()) if n else 0
+
+
+def _flush_safe(
+    index: TrackIndex, starts: np.ndarray, start: int, end: int, kept: np.ndarray
+) -> tuple[int, int, np.ndarray]:
+    """Grow an H.264 sample range until FFmpeg outputs every frame of it.
+
+    FFmpeg's H.264 decoder (at least up to 5.1, the one torchcodec links here) marks the
+    frames decoded after a non-IDR sync sample but before that sample leaves the reorder
+    buffer as "not recovered", and at end of stream drops those still buffered. The moov
+    does not say which sync samples are IDR, so for every range that does not start at
+    the file's first sample we make sure the ``depth`` frames left buffered at the end
+    (the ones presented last) are not among the first ``depth`` decoded after the start:
+    we extend the range in decode order, or at the file's end start one sync sample
+    earlier.
+    """
+    lo = max(0, start - _DEPTH_CONTEXT)
+    hi = min(index.num_samples, end + _DEPTH_CONTEXT)
+    depth = reorder_depth(index.pts[lo:hi])
+    if depth == 0:
+        return start, end, kept
+    earlier = starts[starts < start]
+    for _ in range(index.num_samples):
+        window = index.pts[kept]
+        if window.shape[0] == 1:
+            return start, end, kept  # only the sync sample itself, which is recovered
+        last_shown = np.argsort(window, kind="stable")[-depth:]
+        if not np.any((last_shown >= 1) & (last_shown <= depth)):
+            return start, end, kept
+        if end < index.num_samples:
+            end += 1
+        elif earlier.shape[0]:
+            start = int(earlier[-1])
+            earlier = earlier[:-1]
+        else:
+            return start, end, kept  # nothing left to add; decoders differ here
+        kept = clip_samples(index, start, end)
+        if start == 0:
+            return start, end, kept  # a file's first sample starts decoding as a full decode
+    return start, end, kept  # pragma: no cover - every step above makes progress
+
+
+def clip_samples(index: TrackIndex, sample_start: int, sample_end: int) -> np.ndarray:
+    """Decode-order indices of the samples a clip of ``[sample_start, sample_end)`` holds.
+
+    All of them but the leading pictures of ``sample_start`` (presented before it): those
+    reference frames before the clip, and decoders either drop them or show garbage.
+    """
+    if not 0 <= sample_start < sample_end <= index.num_samples:
+        raise Mp4FormatError(
+            f"sample range [{sample_start}, {sample_end}) is not inside the track's "
+            f"{index.num_samples} samples"
+        )
+    window = index.pts[sample_start:sample_end]
+    return sample_start + np.flatnonzero(window >= window[0])
