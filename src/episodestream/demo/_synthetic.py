@@ -298,44 +298,25 @@ def _features(spec: SyntheticSpec, codec_name: str) -> dict[str, Any]:
     return features
 
 
-def _build(root: Path, spec: SyntheticSpec) -> None:
-    """Write the whole dataset under ``root`` (an empty folder). info.json comes last, so a
-    folder without it was never finished."""
-    assert spec.episodes_per_file is not None and spec.episodes_per_data_file is not None
-    lengths = [int(n) for n in spec.episode_lengths()]
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    total_frames = int(starts[-1])
-    used_tasks = spec.tasks[: min(len(spec.tasks), spec.episodes)]
-    task_of = [e % len(spec.tasks) for e in range(spec.episodes)]
-    codec = CODECS[spec.codec]
+def _file_groups(episodes: int, per_file: int) -> list[range]:
+    """Consecutive episode ranges, ``per_file`` each (the last may be shorter)."""
+    return [range(first, min(first + per_file, episodes)) for first in range(0, episodes, per_file)]
 
-    rows: list[dict[str, Any]] = [
-        {
-            "episode_index": e,
-            "tasks": [spec.tasks[task_of[e]]],
-            "length": lengths[e],
-            "data/chunk_index": 0,
-            "data/file_index": 0,
-            "dataset_from_index": int(starts[e]),
-            "dataset_to_index": int(starts[e + 1]),
-        }
-        for e in range(spec.episodes)
-    ]
 
-    # videos: one series of files per camera, episodes back to back
-    image_stats: dict[str, list[tables.Stats]] = {}
-    image_histograms: dict[str, list[np.ndarray]] = {}
-    video_groups = [
-        list(range(first, min(first + spec.episodes_per_file, spec.episodes)))
-        for first in range(0, spec.episodes, spec.episodes_per_file)
-    ]
+def _write_videos(
+    root: Path, spec: SyntheticSpec, lengths: list[int], rows: list[dict[str, Any]]
+) -> dict[str, list[np.ndarray]]:
+    """Encode every camera's files, fill the ``videos/...`` columns of ``rows``, and return
+    camera -> per-episode RGB histograms of the source frames."""
+    assert spec.episodes_per_file is not None
+    histograms: dict[str, list[np.ndarray]] = {}
     for camera_number, key in enumerate(spec.cameras):
-        histograms: dict[int, np.ndarray] = {}
-        for number, group in enumerate(video_groups):
+        per_episode: dict[int, np.ndarray] = {}
+        for number, group in enumerate(_file_groups(spec.episodes, spec.episodes_per_file)):
             chunk, file = _chunk_file(number, spec.chunks_size)
             path = root / "videos" / key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
             path.parent.mkdir(parents=True, exist_ok=True)
-            histograms.update(
+            per_episode.update(
                 encode_camera_file(
                     path,
                     codec=spec.codec,
@@ -358,58 +339,101 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
                 rows[e][f"videos/{key}/to_timestamp"] = to_timestamp
                 from_timestamp = to_timestamp
             logger.info("wrote %s (%d episodes)", path.relative_to(root), len(group))
-        image_histograms[key] = [histograms[e] for e in range(spec.episodes)]
-        image_stats[key] = [
-            tables.histogram_stats(histograms[e], lengths[e]) for e in range(spec.episodes)
-        ]
+        histograms[key] = [per_episode[e] for e in range(spec.episodes)]
+    return histograms
 
-    # data: numeric features, one row group per episode
-    schema = tables.data_schema(spec.state_size, spec.action_size)
-    episode_columns: list[dict[str, np.ndarray]] = []
-    for e in range(spec.episodes):
-        state, action = _trajectories(spec, e, lengths[e])
-        frame_index = np.arange(lengths[e], dtype=np.int64)
-        episode_columns.append(
+
+def _episode_columns(
+    spec: SyntheticSpec, lengths: list[int], starts: np.ndarray, task_of: list[int]
+) -> list[dict[str, np.ndarray]]:
+    """Per episode, every data column (numeric features and indices) as numpy arrays."""
+    columns: list[dict[str, np.ndarray]] = []
+    for e, length in enumerate(lengths):
+        state, action = _trajectories(spec, e, length)
+        frame_index = np.arange(length, dtype=np.int64)
+        columns.append(
             {
                 "observation.state": state,
                 "action": action,
                 "timestamp": (frame_index / spec.fps).astype(np.float32),
                 "frame_index": frame_index,
-                "episode_index": np.full(lengths[e], e, dtype=np.int64),
+                "episode_index": np.full(length, e, dtype=np.int64),
                 "index": np.arange(starts[e], starts[e + 1], dtype=np.int64),
-                "task_index": np.full(lengths[e], task_of[e], dtype=np.int64),
+                "task_index": np.full(length, task_of[e], dtype=np.int64),
             }
         )
-    for number, first in enumerate(range(0, spec.episodes, spec.episodes_per_data_file)):
-        group = range(first, min(first + spec.episodes_per_data_file, spec.episodes))
+    return columns
+
+
+def _write_data(
+    root: Path,
+    spec: SyntheticSpec,
+    columns: list[dict[str, np.ndarray]],
+    rows: list[dict[str, Any]],
+) -> None:
+    """Write the data Parquet files and fill the ``data/...`` columns of ``rows``."""
+    assert spec.episodes_per_data_file is not None
+    schema = tables.data_schema(spec.state_size, spec.action_size)
+    for number, group in enumerate(_file_groups(spec.episodes, spec.episodes_per_data_file)):
         chunk, file = _chunk_file(number, spec.chunks_size)
         path = root / "data" / f"chunk-{chunk:03d}" / f"file-{file:03d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tables.write_data_file(path, schema, [episode_columns[e] for e in group])
+        tables.write_data_file(path, schema, [columns[e] for e in group])
         for e in group:
             rows[e]["data/chunk_index"] = chunk
             rows[e]["data/file_index"] = file
 
-    # statistics: per episode and global, feature order as in info.json
+
+def _statistics(
+    spec: SyntheticSpec,
+    columns: list[dict[str, np.ndarray]],
+    histograms: dict[str, list[np.ndarray]],
+    lengths: list[int],
+) -> tuple[list[dict[str, tables.Stats]], dict[str, tables.Stats]]:
+    """Per-episode and global statistics, features in info.json order."""
     vector_keys = [k for k, size in _vector_features(spec) if size]
     per_episode: list[dict[str, tables.Stats]] = []
-    for e in range(spec.episodes):
+    for e, length in enumerate(lengths):
         stats: dict[str, tables.Stats] = {}
         for key in vector_keys:
-            stats[key] = tables.numeric_stats(episode_columns[e][key])
+            stats[key] = tables.numeric_stats(columns[e][key])
         for key in spec.cameras:
-            stats[key] = image_stats[key][e]
+            stats[key] = tables.histogram_stats(histograms[key][e], length)
         for key in _INDEX_FEATURES:
-            stats[key] = tables.numeric_stats(episode_columns[e][key])
+            stats[key] = tables.numeric_stats(columns[e][key])
         per_episode.append(stats)
-    global_stats: dict[str, tables.Stats] = {}
+    overall: dict[str, tables.Stats] = {}
     for key in per_episode[0]:
-        if key in image_histograms:
-            global_stats[key] = tables.merge_histogram_stats(image_histograms[key], total_frames)
+        if key in histograms:
+            overall[key] = tables.merge_histogram_stats(histograms[key], sum(lengths))
         else:
-            values = np.concatenate([columns[key] for columns in episode_columns])
-            global_stats[key] = tables.numeric_stats(values)
+            overall[key] = tables.numeric_stats(np.concatenate([c[key] for c in columns]))
+    return per_episode, overall
 
+
+def _build(root: Path, spec: SyntheticSpec) -> None:
+    """Write the whole dataset under ``root`` (an empty folder). info.json comes last, so a
+    folder without it was never finished."""
+    lengths = [int(n) for n in spec.episode_lengths()]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    used_tasks = spec.tasks[: min(len(spec.tasks), spec.episodes)]
+    task_of = [e % len(spec.tasks) for e in range(spec.episodes)]
+    rows: list[dict[str, Any]] = [
+        {
+            "episode_index": e,
+            "tasks": [spec.tasks[task_of[e]]],
+            "length": lengths[e],
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "dataset_from_index": int(starts[e]),
+            "dataset_to_index": int(starts[e + 1]),
+        }
+        for e in range(spec.episodes)
+    ]
+    histograms = _write_videos(root, spec, lengths, rows)
+    columns = _episode_columns(spec, lengths, starts, task_of)
+    _write_data(root, spec, columns, rows)
+    per_episode, overall = _statistics(spec, columns, histograms, lengths)
     for row in rows:
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
@@ -419,7 +443,7 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
         meta / "episodes" / "chunk-000" / "file-000.parquet", rows, per_episode
     )
     tables.write_tasks_file(meta / "tasks.parquet", used_tasks)
-    tables.write_json(meta / "stats.json", tables.stats_json(global_stats))
+    tables.write_json(meta / "stats.json", tables.stats_json(overall))
     tables.write_json(
         root / _SPEC_FILE, {"writer_format_version": WRITER_FORMAT_VERSION, **spec.to_json()}
     )
@@ -427,7 +451,7 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
         "codebase_version": "v3.0",
         "robot_type": spec.robot_type,
         "total_episodes": spec.episodes,
-        "total_frames": total_frames,
+        "total_frames": int(starts[-1]),
         "total_tasks": len(used_tasks),
         "chunks_size": spec.chunks_size,
         "data_files_size_in_mb": _DATA_FILES_SIZE_IN_MB,
@@ -436,7 +460,7 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
         "splits": {"train": f"0:{spec.episodes}"},
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "features": _features(spec, codec.name),
+        "features": _features(spec, CODECS[spec.codec].name),
     }
     tables.write_json(meta / "info.json", info)
 
