@@ -3,6 +3,7 @@ that every decoded frame reads back as the (episode, frame) the metadata promise
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import subprocess
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from episodestream.demo import read_frame_camera, read_frame_identity
+from episodestream.demo import DEMO_SPEC, read_frame_camera, read_frame_identity
 from tests.plugins.synthetic import (
     SYNTHETIC_AV1_SPEC,
     SYNTHETIC_H264_SPEC,
@@ -22,12 +23,21 @@ from tests.plugins.synthetic import (
     SYNTHETIC_MOOV_END_SPEC,
 )
 
+# the demo's frame size, cameras and codec (16-pixel identity cells), with 2 short episodes
+DEMO_SHAPED_SPEC = dataclasses.replace(DEMO_SPEC, episodes=2, min_length=5, max_length=7)
+
 FIXTURES = {
     "synthetic_av1": SYNTHETIC_AV1_SPEC,
     "synthetic_h264": SYNTHETIC_H264_SPEC,
     "synthetic_hevc": SYNTHETIC_HEVC_SPEC,
     "synthetic_moov_end": SYNTHETIC_MOOV_END_SPEC,
+    "demo_shaped": DEMO_SHAPED_SPEC,
 }
+
+
+@pytest.fixture(scope="module")
+def demo_shaped(synthetic_dataset) -> Path:
+    return synthetic_dataset(DEMO_SHAPED_SPEC)
 
 
 def _episodes(root: Path) -> list[dict]:
