@@ -90,7 +90,9 @@ class SyntheticSpec:
         min_length, max_length: episode length range in frames, both inclusive; lengths are drawn
             uniformly with the seed.
         episodes_per_file: episodes concatenated per video file. ``None`` picks several per file
-            and at least two files per camera when there are two or more episodes.
+            (up to 6) and at least two files per camera when there are two or more episodes.
+            The choice is stored in the spec, so ``dataclasses.replace(spec, episodes=n)`` keeps
+            it unless ``episodes_per_file=None`` is passed again.
         episodes_per_data_file: episodes per data Parquet file; ``None`` puts all in one file (as
             LeRobot does below its 100 MB threshold).
         chunks_size: files per ``chunk-NNN`` folder (LeRobot's default 1000).
