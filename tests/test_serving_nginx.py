@@ -6,6 +6,7 @@ import http.client
 import random
 import socket
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -216,8 +217,11 @@ def test_explicit_root_serves_at_slash_and_stops_cleanly(blob_dir: Path, tmp_pat
     with server:
         pid = server.pid
         assert pid is not None and server.pid_file.read_text().strip() == str(pid)
-        workers = [p.pid for p in psutil.Process(pid).children()]
-        assert len(workers) == 2
+        # the master writes its pid file before forking workers: give them a moment
+        deadline = time.monotonic() + 5
+        while len(workers := [p.pid for p in psutil.Process(pid).children()]) < 2:
+            assert time.monotonic() < deadline, workers
+            time.sleep(0.02)
         conn = _connect(server.url)
         status, _, body = _get(conn, server.url_for("sub dir/small.txt"), "bytes=0-4")
         assert (status, body) == (206, b"hello")
