@@ -22,8 +22,9 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -62,6 +63,8 @@ __all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # A server that ignores Range sends the whole file from byte 0: we stream past at most this many
 # bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
 DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
@@ -69,6 +72,10 @@ MAX_REDIRECTS = 5
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
 _READ_CHUNK_BYTES = 1024 * 1024
+# One body read call fills one bytes object straight from the socket; ranges up to this size
+# (episode spans, split parts) arrive with no copy at all.
+_BODY_CALL_BYTES = 16 * 1024 * 1024
+_SKIP_CHUNK_BYTES = 1024 * 1024
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
@@ -319,24 +326,9 @@ class HttpRangeReader:
         self._metrics.add("reads")
         if length == 0:
             return b""
-        buffer = bytearray(length)
-        parts = self._split(offset, length)
-        if len(parts) == 1:
-            self._fetch_into(state, offset, memoryview(buffer))
-        else:
-            view = memoryview(buffer)
-            self._run_all(
-                [
-                    (
-                        lambda s=start, n=size: self._fetch_into(
-                            state, s, view[s - offset : s - offset + n]
-                        )
-                    )
-                    for start, size in parts
-                ]
-            )
+        data = self._fetch_split(state, offset, length)
         self._metrics.add("bytes_returned", length)
-        return bytes(buffer)
+        return data
 
     def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
         """All ``requests``, concurrently; results in request order.
@@ -357,29 +349,31 @@ class HttpRangeReader:
             if request.length:
                 groups.setdefault(clean, []).append(index)
         self._metrics.add("reads", len(requests))
-        units: list[tuple[_FileState, int, bytearray, list[int]]] = []
+        units: list[tuple[_FileState, int, int, list[int]]] = []
         for clean, indices in groups.items():
             for start, end, members in self._coalesce(requests, indices):
-                units.append((states[clean], start, bytearray(end - start), members))
+                units.append((states[clean], start, end, members))
                 if len(members) > 1:
                     self._metrics.add("coalesced_requests", len(members) - 1)
-        tasks: list[Callable[[], None]] = []
-        for state, start, buffer, _ in units:
-            view = memoryview(buffer)
-            for part_start, part_size in self._split(start, len(buffer)):
-                low = part_start - start
-                tasks.append(
-                    lambda st=state, s=part_start, v=view[low : low + part_size]: self._fetch_into(
-                        st, s, v
-                    )
-                )
-        self._run_all(tasks)
-        for _, start, buffer, members in units:
-            view = memoryview(buffer)
+        # Every unit's parts go to the pool as one flat list: no task waits on another task.
+        tasks: list[Callable[[], bytes]] = []
+        owners: list[int] = []
+        for number, (state, start, end, _) in enumerate(units):
+            for part_start, part_size in self._split(start, end - start):
+                tasks.append(partial(self._fetch, state, part_start, part_size))
+                owners.append(number)
+        pieces: list[list[bytes]] = [[] for _ in units]
+        for number, piece in zip(owners, self._run_all(tasks), strict=True):
+            pieces[number].append(piece)
+        for (_, start, end, members), parts in zip(units, pieces, strict=True):
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
             for index in members:
                 request = requests[index]
-                low = request.offset - start
-                results[index] = bytes(view[low : low + request.length])
+                if request.offset == start and request.end == end:
+                    results[index] = data  # the common case: no copy
+                else:
+                    low = request.offset - start
+                    results[index] = data[low : low + request.length]
         self._metrics.add("bytes_returned", sum(r.length for r in requests))
         return results
 
@@ -437,24 +431,30 @@ class HttpRangeReader:
             merged.append((request.offset, request.end, [index]))
         return merged
 
-    def _run_all(self, tasks: list[Callable[[], None]]) -> None:
-        """Run tasks on the bounded pool (the only one inline); raise the first error."""
-        if not tasks:
-            return
-        if len(tasks) == 1:
-            tasks[0]()
-            return
+    def _run_all(self, tasks: list[Callable[[], T]]) -> list[T]:
+        """Run tasks on the bounded pool (a single one inline); results in order, or the first
+        error once everything already running has finished."""
+        if len(tasks) <= 1:
+            return [task() for task in tasks]
         executor = self._pool_executor()
-        futures: list[Future[None]] = [executor.submit(task) for task in tasks]
+        futures: list[Future[T]] = [executor.submit(task) for task in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:
             for future in pending:
                 future.cancel()
-            wait(futures)  # everything already running finishes (bounded by its own timeouts)
+            wait(futures)  # what already runs finishes (bounded by its own timeouts)
             error = failed[0].exception()
             assert error is not None
             raise error
+        return [future.result() for future in futures]
+
+    def _fetch_split(self, state: _FileState, offset: int, length: int) -> bytes:
+        parts = self._split(offset, length)
+        if len(parts) == 1:
+            return self._fetch(state, offset, length)
+        pieces = self._run_all([partial(self._fetch, state, s, n) for s, n in parts])
+        return b"".join(pieces)
 
     def _pool_executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -604,14 +604,16 @@ class HttpRangeReader:
 
         A GET rather than a HEAD: signed CDN URLs are often valid for GET only.
         """
-        self._fetch_into(state, 0, memoryview(bytearray(1)), probe=True)
+        self._fetch(state, 0, 1, probe=True)
 
-    def _fetch_into(
-        self, state: _FileState, offset: int, view: memoryview, *, probe: bool = False
-    ) -> None:
-        """Fill ``view`` with bytes ``[offset, offset + len(view))`` of the file, or raise."""
-        length = len(view)
+    def _fetch(self, state: _FileState, offset: int, length: int, *, probe: bool = False) -> bytes:
+        """Bytes ``[offset, offset + length)`` of the file over as many exchanges as it takes.
+
+        Each body is read straight into a new ``bytes`` (no intermediate buffer), so the common
+        case — one exchange — returns the very object the socket filled.
+        """
         end = offset + length
+        pieces: list[bytes] = []
         done = 0
         attempt = 0
         hops = 0
@@ -650,28 +652,30 @@ class HttpRangeReader:
                     self._metrics.add("redirects")
                     continue
                 if status == 206:
-                    received, failure = self._take_partial(
-                        state, response, start, end, view[done:], sent
-                    )
-                    done += received
+                    received, failure = self._take_partial(state, response, start, end, sent)
+                    if received:
+                        pieces.append(received)
+                        done += len(received)
                     if failure is None:
                         continue
                     if received:
-                        # Progress made: resume at once from the first missing byte.
+                        # Progress made: resume from the first missing byte.
                         self._metrics.add("resumes")
                         attempt = 0
                     raise failure
                 if status == 200:
-                    done += self._take_whole(state, response, start, end, view[done:], probe, sent)
+                    whole = self._take_whole(state, response, start, end, probe, sent)
                     if probe:
-                        return
+                        return b""
+                    pieces.append(whole)
+                    done += len(whole)
                     continue
                 if status == 416 and probe:
                     total = _unsatisfied_total(response.headers.get("Content-Range"))
                     self._read_small_body(response, 64 * 1024)
                     if total == 0:
                         self._pin(state, response.headers, 0, start, end)
-                        return
+                        return b""
                     raise InvalidResponse(
                         f"{redact_url(state.url)}: HTTP 416 for bytes 0-0 of a file that is not "
                         "empty"
@@ -688,7 +692,7 @@ class HttpRangeReader:
             except _Retry as failure:
                 attempt += 1
                 self._after_failure(state, start, end, attempt, started, failure)
-        return
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _take_partial(
         self,
@@ -696,21 +700,22 @@ class HttpRangeReader:
         response: urllib3.BaseHTTPResponse,
         start: int,
         end: int,
-        view: memoryview,
         sent: float,
-    ) -> tuple[int, _Retry | None]:
-        """Check a 206 and copy its body into ``view``: (bytes received, failure or None)."""
+    ) -> tuple[bytes, _Retry | None]:
+        """Check a 206 and read its body: (bytes received, failure or None)."""
         where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
         content_range = response.headers.get("Content-Range", "")
         match = _CONTENT_RANGE.match(content_range)
         if match is None:
             self._discard(response)
-            return 0, _Retry(InvalidResponse(f"{where}: 206 with Content-Range {content_range!r}"))
+            return b"", _Retry(
+                InvalidResponse(f"{where}: 206 with Content-Range {content_range!r}")
+            )
         first, last = int(match.group(1)), int(match.group(2))
         total = None if match.group(3) == "*" else int(match.group(3))
         if first != start or last < first or last > end - 1:
             self._discard(response)
-            return 0, _Retry(
+            return b"", _Retry(
                 InvalidResponse(f"{where}: server answered Content-Range {content_range!r}")
             )
         try:
@@ -722,7 +727,7 @@ class HttpRangeReader:
         declared = response.headers.get("Content-Length")
         if declared is not None and declared.strip() != str(expected):
             self._discard(response)
-            return 0, _Retry(
+            return b"", _Retry(
                 InvalidResponse(
                     f"{where}: Content-Length {declared} does not match Content-Range "
                     f"{content_range!r}"
@@ -732,7 +737,7 @@ class HttpRangeReader:
         if encoding not in ("identity", ""):
             self._discard(response)
             raise InvalidResponse(f"{where}: body sent with Content-Encoding {encoding!r}")
-        received, failure = self._read_body(response, view[:expected], where, sent)
+        received, failure = self._read_body(response, expected, where, sent)
         if failure is None:
             response.release_conn()  # fully read: the connection is reusable
         else:
@@ -745,10 +750,9 @@ class HttpRangeReader:
         response: urllib3.BaseHTTPResponse,
         start: int,
         end: int,
-        view: memoryview,
         probe: bool,
         sent: float,
-    ) -> int:
+    ) -> bytes:
         """A 200 to a range request: a changed file (If-Range) or a server ignoring ranges."""
         where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
         declared = response.headers.get("Content-Length")
@@ -764,7 +768,7 @@ class HttpRangeReader:
                 raise RangeNotSupported(
                     f"{where}: server ignores Range and sends no Content-Length"
                 )
-            return 1
+            return b""
         if start > self._max_skip_bytes:
             self._discard(response)
             raise RangeNotSupported(
@@ -775,7 +779,7 @@ class HttpRangeReader:
         try:
             skipped = 0
             while skipped < start:
-                chunk = response.read(min(_READ_CHUNK_BYTES, start - skipped))
+                chunk = response.read(min(_SKIP_CHUNK_BYTES, start - skipped))
                 if not chunk:
                     break
                 skipped += len(chunk)
@@ -786,35 +790,43 @@ class HttpRangeReader:
         if skipped < start:
             self._discard(response)
             raise InvalidResponse(f"{where}: file ends at byte {skipped}")
-        received, failure = self._read_body(response, view, where, sent)
+        received, failure = self._read_body(response, end - start, where, sent)
         self._discard(response)  # the rest of the file is not wanted
         if failure is not None:
             raise failure
         return received
 
     def _read_body(
-        self, response: urllib3.BaseHTTPResponse, view: memoryview, where: str, sent: float
-    ) -> tuple[int, _Retry | None]:
-        """Copy up to ``len(view)`` body bytes; a short or broken body yields a ``_Retry``."""
-        wanted = len(view)
+        self, response: urllib3.BaseHTTPResponse, wanted: int, where: str, sent: float
+    ) -> tuple[bytes, _Retry | None]:
+        """Up to ``wanted`` body bytes; a short or broken body yields what came and a ``_Retry``.
+
+        Reads go in calls of up to ``_BODY_CALL_BYTES``, each filling a fresh ``bytes`` straight
+        from the socket; every socket wait is bounded by the read timeout, and the attempt as a
+        whole by a minimum rate, so a trickling server cannot hold a read forever.
+        """
+        pieces: list[bytes] = []
         position = 0
-        first_at: float | None = None
         deadline = time.monotonic() + max(
             self._timeouts.read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND
         )
         failure: _Retry | None = None
+        body_started: float | None = None
         try:
+            # Time to first byte: wait until the first body byte is buffered (not consumed).
+            peek = getattr(getattr(response, "_fp", None), "fp", None)
+            if peek is not None and hasattr(peek, "peek"):
+                peek.peek(1)
+            body_started = time.perf_counter()
+            self._metrics.add("first_byte_seconds", body_started - sent)
             while position < wanted:
-                chunk = response.read(min(_READ_CHUNK_BYTES, wanted - position))
+                chunk = response.read(min(_BODY_CALL_BYTES, wanted - position))
                 if not chunk:
                     failure = _Retry(
                         InvalidResponse(f"{where}: body ended after {position} of {wanted} bytes")
                     )
                     break
-                if first_at is None:
-                    first_at = time.perf_counter()
-                    self._metrics.add("first_byte_seconds", first_at - sent)
-                view[position : position + len(chunk)] = chunk
+                pieces.append(chunk)
                 position += len(chunk)
                 if position < wanted and time.monotonic() > deadline:
                     failure = _Retry(
@@ -829,17 +841,18 @@ class HttpRangeReader:
                 )
             )
             failure.__cause__ = error
-        except (HTTPError, OSError) as error:
+        except (HTTPError, OSError, ValueError) as error:
+            # ValueError: peek/read on a socket file the server already closed.
             failure = _Retry(
                 StorageError(
                     f"{where}: body broken after {position} of {wanted} bytes: {_describe(error)}"
                 )
             )
             failure.__cause__ = error
-        if first_at is not None:
-            self._metrics.add("body_seconds", time.perf_counter() - first_at)
+        if body_started is not None:
+            self._metrics.add("body_seconds", time.perf_counter() - body_started)
         self._metrics.add("bytes", position)
-        return position, failure
+        return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), failure
 
     def _pin(
         self,
