@@ -2,6 +2,7 @@
 
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import (
+    SPAN_FIELDS,
     BuildStats,
     DatasetIdentity,
     EpisodeManifest,
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
     "PUBLISHED_SIDECAR_PATH",
     "SIDECAR_VERSION",
+    "SPAN_FIELDS",
     "BuildStats",
     "DatasetIdentity",
     "EpisodeManifest",

@@ -278,6 +278,11 @@ def build_manifest(
     return manifest
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python ones, so every file-level value is a plain object."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def assemble_tracks(
     paths: list[str],
     cameras: list[str],
@@ -302,8 +307,8 @@ def assemble_tracks(
             merged = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
             merged.flags.writeable = False
             samples[name] = merged
-        elif kind == "int":
-            files[name] = np.array(values, dtype=np.int64)
+        elif kind == "unsupported":
+            raise ManifestError(f"cannot store TrackIndex.{name} in a manifest (unknown type)")
         else:
-            files[name] = list(values)
+            files[name] = [_plain(v) for v in values]
     return files, samples

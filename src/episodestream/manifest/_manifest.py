@@ -228,17 +228,31 @@ class SpanArrays:
         return self.byte_end - self.byte_start
 
 
+# scalar TrackIndex annotations the sidecar can hold (one value per file), as Arrow types
+_SCALAR_TYPES = {
+    "int": "int64",
+    "float": "float64",
+    "bool": "bool",
+    "str": "string",
+    "bytes": "large_binary",
+}
+
+
 def _track_field_kinds() -> dict[str, str]:
-    """TrackIndex field -> 'array' | 'int' | 'str' | 'bytes' (from its annotations)."""
+    """TrackIndex field -> 'array', or the Arrow type name of a per-file scalar.
+
+    Derived from the dataclass annotations so the sidecar follows the MP4 layer's record;
+    ``X | None`` is a nullable ``X``. A field of any other type maps to 'unsupported' and
+    makes building or loading a sidecar fail with a clear error (never the import).
+    """
     kinds: dict[str, str] = {}
     for field in dataclasses.fields(TrackIndex):
-        annotation = str(field.type)
+        annotation = str(field.type).replace(" ", "")
+        base = annotation.removesuffix("|None").removeprefix("None|")
         if "ndarray" in annotation:
             kinds[field.name] = "array"
-        elif annotation in ("int", "str", "bytes"):
-            kinds[field.name] = annotation
         else:
-            raise TypeError(f"TrackIndex.{field.name}: cannot store type {annotation}")
+            kinds[field.name] = _SCALAR_TYPES.get(base, "unsupported")
     return kinds
 
 
@@ -410,8 +424,6 @@ class EpisodeManifest:
         for name, kind in TRACK_FIELD_KINDS.items():
             if kind == "array":
                 kwargs[name] = self._samples[name][lo:hi]
-            elif kind == "int":
-                kwargs[name] = int(self._files[name][f])
             else:
                 kwargs[name] = self._files[name][f]
         return TrackIndex(**kwargs)

@@ -82,12 +82,11 @@ def _columns(manifest: EpisodeManifest) -> list[tuple[str, pa.Array, dict[bytes,
     for name, kind in TRACK_FIELD_KINDS.items():
         if kind == "array":
             columns.append((f"sample.{name}", *_numeric(samples[name])))
-        elif kind == "int":
-            columns.append((f"file.{name}", *_numeric(np.asarray(files[name], dtype=np.int64))))
-        elif kind == "str":
-            columns.append((f"file.{name}", pa.array(list(files[name]), pa.string()), None))
+        elif kind == "unsupported":
+            raise ManifestError(f"cannot store TrackIndex.{name} in a sidecar (unknown type)")
         else:
-            columns.append((f"file.{name}", pa.array(list(files[name]), pa.large_binary()), None))
+            arrow_type = pa.type_for_alias(kind)
+            columns.append((f"file.{name}", pa.array(list(files[name]), arrow_type), None))
     return columns
 
 
@@ -275,8 +274,8 @@ def load_sidecar(
     for name, kind in TRACK_FIELD_KINDS.items():
         if kind == "array":
             samples[name] = _numpy(batch, f"sample.{name}", where)
-        elif kind == "int":
-            files[name] = _numpy(batch, f"file.{name}", where)
+        elif kind == "unsupported":
+            raise ManifestError(f"cannot load TrackIndex.{name} from a sidecar (unknown type)")
         else:
             files[name] = _flat(batch, f"file.{name}", where).to_pylist()
     num_files = len(files["path"])

@@ -1,0 +1,305 @@
+"""Sidecar index: exact round trip, staleness, resolution order, one build among racing ranks."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from episodestream.errors import ManifestError, StaleSourceError
+from episodestream.lerobot import load_dataset_meta
+from episodestream.manifest import (
+    PUBLISHED_SIDECAR_PATH,
+    SPAN_FIELDS,
+    EpisodeManifest,
+    build_manifest,
+    load_sidecar,
+    open_manifest,
+    sidecar_bytes,
+    sidecar_cache_path,
+    sidecar_status,
+    write_sidecar,
+)
+from episodestream.storage import FileInfo, LocalRangeReader, open_reader
+
+VIDEO = "videos/observation.images.cam_high/chunk-000/file-000.mp4"
+
+
+def copy_dataset(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    return target
+
+
+def assert_same(a: EpisodeManifest, b: EpisodeManifest) -> None:
+    assert a.identity == b.identity
+    assert a.cameras == b.cameras
+    assert a.file_paths == b.file_paths
+    assert a.sources() == b.sources()
+    assert np.array_equal(a.episode_index, b.episode_index)
+    for name in SPAN_FIELDS:
+        x, y = getattr(a.spans, name), getattr(b.spans, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    for f in range(a.num_files):
+        ta, tb = a.track(f), b.track(f)
+        for field in ta.__dataclass_fields__:
+            va, vb = getattr(ta, field), getattr(tb, field)
+            if isinstance(va, np.ndarray):
+                assert va.dtype == vb.dtype and np.array_equal(va, vb), field
+            else:
+                assert va == vb and type(va) is type(vb), field
+
+
+@pytest.fixture
+def sim5_copy(lerobot_fixture_root: Path, tmp_path: Path) -> Path:
+    return copy_dataset(lerobot_fixture_root, tmp_path / "sim5")
+
+
+@pytest.mark.parametrize("fixture", ["lerobot_fixture_root", "synthetic_h264"])
+def test_round_trip_is_exact_and_memory_mapped(
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    root: Path = request.getfixturevalue(fixture)
+    with LocalRangeReader(root) as reader:
+        meta = load_dataset_meta(reader)
+        built = build_manifest(reader, meta, progress=False)
+    path = write_sidecar(built, tmp_path / "index.arrow")
+    loaded = load_sidecar(path)
+    assert_same(built, loaded)
+    assert loaded.sidecar_path == path and loaded.origin == "explicit"
+    for array in (loaded.spans.byte_start, loaded.track(0).offsets, loaded.track(0).keyframes):
+        assert not array.flags.owndata and not array.flags.writeable
+    assert loaded.track(0).keyframes.dtype == np.bool_
+    assert sidecar_bytes(built) == path.read_bytes()
+    assert_same(built, load_sidecar(pa.py_buffer(path.read_bytes())))
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_pickles_by_path_when_mapped(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        built = build_manifest(reader, load_dataset_meta(reader), progress=False)
+    loaded = load_sidecar(write_sidecar(built, tmp_path / "index.arrow"))
+    mapped_pickle = pickle.dumps(loaded)
+    assert len(mapped_pickle) < 2000 < len(pickle.dumps(built))
+    assert_same(loaded, pickle.loads(mapped_pickle))
+    assert_same(built, pickle.loads(pickle.dumps(built)))
+
+
+def test_open_builds_once_then_uses_the_cache(sim5_copy: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        first = open_manifest(reader, meta, cache_dir=cache, progress=False)
+        assert first.origin == "built" and first.build_stats is not None
+        assert first.sidecar_path == sidecar_cache_path(meta, cache)
+        before = reader.metrics()["requests"]
+        second = open_manifest(reader, meta, cache_dir=cache, verify=True)
+        assert second.origin == "cache"
+        assert reader.metrics()["requests"] == before  # verification looks, never reads
+        assert_same(first, second)
+
+
+def test_changed_source_file_is_detected(sim5_copy: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        manifest = open_manifest(reader, meta, cache_dir=cache, progress=False)
+        recorded = manifest.source(VIDEO)
+
+        # same size, new Last-Modified
+        os.utime(sim5_copy / VIDEO, (1_000_000_000, 1_000_000_000))
+        with pytest.raises(ManifestError) as raised:
+            open_manifest(reader, meta, cache_dir=cache, verify=True, build=False)
+        assert VIDEO in str(raised.value) and "Last-Modified" in str(raised.value)
+        statuses = {s.where: s for s in sidecar_status(reader, meta, cache_dir=cache)}
+        assert statuses["cache"].state == "stale" and VIDEO in statuses["cache"].reason
+        rebuilt = open_manifest(reader, meta, cache_dir=cache, verify=True, progress=False)
+        assert rebuilt.origin == "built"
+        assert rebuilt.source(VIDEO).last_modified != recorded.last_modified
+
+        # a new size (a trailing 'free' box keeps the MP4 valid)
+        with (sim5_copy / VIDEO).open("ab") as handle:
+            handle.write(b"\x00\x00\x00\x08free")
+        with pytest.raises(ManifestError, match=f"{VIDEO} is {recorded.size + 8} bytes"):
+            open_manifest(reader, meta, cache_dir=cache, verify=True, build=False)
+        # without verify the sidecar is used; the per-file check catches the change
+        unverified = open_manifest(reader, meta, cache_dir=cache, build=False)
+        with pytest.raises(StaleSourceError, match="rebuild the index"):
+            unverified.check_source(VIDEO, reader.file_info(VIDEO))
+
+
+def test_check_source_compares_validators_only_at_the_same_root(
+    lerobot_fixture_root: Path,
+) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        manifest = build_manifest(reader, load_dataset_meta(reader), progress=False)
+    recorded = manifest.source(0)
+    manifest.check_source(0, recorded.info)
+    other_etag = FileInfo(recorded.size, '"abc"', "Thu, 01 Jan 2026 00:00:00 GMT")
+    with pytest.raises(StaleSourceError):
+        manifest.check_source(0, other_etag)
+    with pytest.raises(StaleSourceError):
+        manifest.check_source(0, other_etag, root=manifest.identity.root)
+    manifest.check_source(0, other_etag, root="http://mirror.example/sim5")  # a mirror
+    with pytest.raises(StaleSourceError, match="bytes"):
+        manifest.check_source(0, FileInfo(recorded.size + 1), root="http://mirror.example/sim5")
+
+
+def test_changed_metadata_is_detected(sim5_copy: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        open_manifest(reader, load_dataset_meta(reader), cache_dir=cache, progress=False)
+        info_path = sim5_copy / "meta/info.json"
+        info = json.loads(info_path.read_text())
+        info["robot_type"] = "another"
+        info_path.write_text(json.dumps(info))
+        meta = load_dataset_meta(reader)
+        with pytest.raises(ManifestError, match=r"meta/info\.json changed"):
+            open_manifest(reader, meta, cache_dir=cache, build=False)
+        assert open_manifest(reader, meta, cache_dir=cache, progress=False).origin == "built"
+        assert open_manifest(reader, meta, cache_dir=cache).origin == "cache"
+
+
+def test_other_revision_is_refused(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        built = build_manifest(reader, load_dataset_meta(reader, revision="aaaa"), progress=False)
+        path = write_sidecar(built, tmp_path / "index.arrow")
+        meta = load_dataset_meta(reader, revision="bbbb")
+        with pytest.raises(ManifestError, match="built for revision 'aaaa'"):
+            open_manifest(reader, meta, sidecar=path, build=False)
+        with pytest.raises(ManifestError, match="revision"):
+            load_sidecar(path, expect=type(built.identity).of(meta))
+
+
+def test_unreadable_and_foreign_sidecars(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        built = build_manifest(reader, meta, progress=False)
+        path = write_sidecar(built, tmp_path / "index.arrow")
+        data = path.read_bytes()
+
+        path.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ManifestError, match="not a readable sidecar"):
+            load_sidecar(path)
+        # an explicit path is rebuilt in place when building is allowed
+        rebuilt = open_manifest(reader, meta, sidecar=path, progress=False)
+        assert rebuilt.origin == "built" and path.read_bytes() == data
+        assert open_manifest(reader, meta, sidecar=path).origin == "explicit"
+
+        table = ipc.open_file(pa.py_buffer(data)).read_all()
+        header = json.loads(table.schema.metadata[b"episodestream.sidecar"])
+        header["version"] = 99
+        future = table.replace_schema_metadata(
+            {b"episodestream.sidecar": json.dumps(header).encode()}
+        )
+        with ipc.new_file(str(path), future.schema) as writer:
+            writer.write_table(future)
+        with pytest.raises(ManifestError, match="format version 99"):
+            load_sidecar(path)
+
+        with ipc.new_file(str(path), pa.schema([("x", pa.int64())])) as writer:
+            writer.write_table(pa.table({"x": [1]}))
+        with pytest.raises(ManifestError, match="not an episodestream sidecar"):
+            load_sidecar(path)
+
+
+def test_published_copy_is_used_and_cached(
+    sim5_copy: Path, tmp_path: Path, http_publish: Any
+) -> None:
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        built = build_manifest(reader, meta, progress=False)
+    published = sim5_copy / PUBLISHED_SIDECAR_PATH
+    write_sidecar(built, published)
+
+    with LocalRangeReader(sim5_copy) as reader:
+        found = open_manifest(reader, meta, cache_dir=tmp_path / "a")
+        assert found.origin == "published"
+        assert_same(built, found)
+        assert open_manifest(reader, meta, cache_dir=tmp_path / "a").origin == "cache"
+        status = {s.where: s.state for s in sidecar_status(reader, meta, cache_dir=tmp_path / "a")}
+        assert status == {"cache": "valid", "published": "valid"}
+        # without a cache it is read into memory
+        in_memory = open_manifest(reader, meta, use_cache=False)
+        assert in_memory.origin == "published" and in_memory.sidecar_path is None
+
+    with open_reader(http_publish(sim5_copy)) as remote:
+        remote_meta = load_dataset_meta(remote)
+        found = open_manifest(remote, remote_meta, cache_dir=tmp_path / "b")
+        assert found.origin == "published"
+        assert np.array_equal(found.spans.byte_start, built.spans.byte_start)
+
+
+def test_published_copy_of_another_dataset_is_ignored(
+    sim5_copy: Path, synthetic_av1: Path, tmp_path: Path
+) -> None:
+    with LocalRangeReader(synthetic_av1) as other:
+        foreign = build_manifest(other, load_dataset_meta(other), progress=False)
+    write_sidecar(foreign, sim5_copy / PUBLISHED_SIDECAR_PATH)
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        with pytest.raises(ManifestError, match=r"published: .*total_episodes"):
+            open_manifest(reader, meta, cache_dir=tmp_path / "c", build=False)
+        manifest = open_manifest(reader, meta, cache_dir=tmp_path / "c", progress=False)
+        assert manifest.origin == "built" and manifest.num_episodes == 5
+
+
+def test_nothing_usable_and_building_disabled(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        with pytest.raises(ManifestError) as raised:
+            open_manifest(reader, meta, cache_dir=tmp_path, build=False)
+        assert "cache: absent" in str(raised.value)
+        assert "published: absent" in str(raised.value)
+
+
+def test_unwritable_cache_falls_back_to_memory(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        manifest = open_manifest(
+            reader, load_dataset_meta(reader), cache_dir=blocker / "cache", progress=False
+        )
+    assert manifest.origin == "built" and manifest.sidecar_path is None
+    assert manifest.num_episodes == 5
+
+
+def _race(root: str, cache: str, start: Any, results: Any) -> None:
+    with LocalRangeReader(root) as reader:
+        meta = load_dataset_meta(reader)
+        start.wait(60)
+        manifest = open_manifest(reader, meta, cache_dir=cache, progress=False)
+        results.put((manifest.origin, str(manifest.sidecar_path), int(manifest.num_samples)))
+
+
+def test_racing_processes_build_one_sidecar(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    results = context.Queue()
+    cache = tmp_path / "cache"
+    workers = [
+        context.Process(target=_race, args=(str(lerobot_fixture_root), str(cache), start, results))
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    start.set()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    origins = sorted(origin for origin, _, _ in outcomes)
+    assert origins == ["built", "cache", "cache"], outcomes
+    paths = {path for _, path, _ in outcomes}
+    assert len(paths) == 1
+    path = Path(paths.pop())
+    assert load_sidecar(path).num_samples == outcomes[0][2]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["index.arrow", "index.arrow.lock"]
