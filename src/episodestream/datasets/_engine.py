@@ -1,0 +1,212 @@
+"""What a dataset needs at run time: the opened dataset (picklable) and per-process engines."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
+from episodestream.datasets._options import StreamOptions
+from episodestream.decode import DecoderPool, open_decoder
+from episodestream.errors import BudgetError, DatasetFormatError
+from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
+from episodestream.manifest import EpisodeManifest, open_manifest
+from episodestream.storage import Location, RangeReader, open_reader
+
+__all__ = ["OpenedDataset", "StreamEngine", "open_dataset"]
+
+logger = logging.getLogger(__name__)
+
+# per camera: clip header bytes beyond the payload (ftyp + moov), bounded generously
+_CLIP_HEADER_BASE = 4096
+_CLIP_HEADER_PER_FRAME = 48
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class OpenedDataset:
+    """A dataset's reader, metadata and manifest, opened once in the main process and
+    pickled into DataLoader workers (readers and sidecar-backed manifests pickle cheaply)."""
+
+    root: str
+    reader: RangeReader
+    meta: DatasetMeta
+    manifest: EpisodeManifest
+    episode_ids: np.ndarray  # selected episodes, in the caller's order
+    episode_lengths: np.ndarray  # frames of each selected episode
+    episode_nbytes: np.ndarray  # clip bytes (all cameras) of each selected episode, bounded
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.episode_lengths.sum())
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def open_dataset(
+    root: str | Location, episodes: object, options: StreamOptions, *, root_label: str | None = None
+) -> OpenedDataset:
+    """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest."""
+    location = Location.parse(root)
+    if options.revision is not None:
+        if location.kind != "hub":
+            raise ValueError(
+                f"revision={options.revision!r} applies to hf:// roots only, not {location.url!r}"
+            )
+        location = dataclasses.replace(location, revision=options.revision)
+    reader = open_reader(location, **options.reader_options)
+    try:
+        label = root_label or location.url
+        meta = load_dataset_meta(reader, root=label, revision=getattr(reader, "commit", None))
+        unsupported = meta.image_keys
+        if unsupported:
+            raise DatasetFormatError(
+                f"meta/info.json: features {list(unsupported)} have dtype 'image' (still images "
+                "inside Parquet); episodestream streams 'video' features only"
+            )
+        ids = _select_episodes(meta, episodes)
+        manifest = open_manifest(
+            reader,
+            meta,
+            sidecar=options.sidecar,
+            cache_dir=options.cache_dir,
+            build=options.build_index,
+            progress=options.progress,
+        )
+    except BaseException:
+        reader.close()
+        raise
+    rows = meta.episodes.rows(ids)
+    lengths = meta.episodes.length[rows].astype(np.int64)
+    payload = manifest.episode_bytes().sum(axis=1)[manifest_rows(manifest, ids)]
+    headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
+    return OpenedDataset(
+        root=label,
+        reader=reader,
+        meta=meta,
+        manifest=manifest,
+        episode_ids=ids,
+        episode_lengths=lengths,
+        episode_nbytes=(payload + headers).astype(np.int64),
+    )
+
+
+def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:
+    """Span rows of episodes ``ids`` (vectorized ``manifest.row``)."""
+    order = manifest.episode_index
+    rows = np.searchsorted(order, ids)
+    found = (rows < order.size) & (order[np.minimum(rows, order.size - 1)] == ids)
+    if not found.all():
+        raise DatasetFormatError(
+            f"episodes {ids[~found][:10].tolist()} are in meta/episodes but not in the index"
+        )
+    return rows.astype(np.int64)
+
+
+def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
+    available = meta.episodes.episode_index
+    if episodes is None:
+        return np.asarray(available, dtype=np.int64).copy()
+    if isinstance(episodes, int | np.integer) or isinstance(episodes, str | bytes):
+        raise ValueError(f"episodes must be a list of episode indices, got {episodes!r}")
+    try:
+        ids = np.asarray(list(episodes), dtype=np.int64)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"episodes must be a list of episode indices: {error}") from error
+    if ids.size == 0:
+        raise ValueError("episodes is empty: select at least one episode")
+    unknown = np.setdiff1d(ids, available)
+    if unknown.size:
+        raise ValueError(
+            f"unknown episode(s) {unknown[:10].tolist()}: the dataset has episodes "
+            f"{int(available.min())}..{int(available.max())} ({available.size} in all)"
+        )
+    if np.unique(ids).size != ids.size:
+        raise ValueError("episodes lists an episode more than once")
+    return ids
+
+
+def check_budget(dataset: OpenedDataset, budget: int, *, resident_episodes: int, what: str) -> None:
+    """Refuse a budget that cannot hold ``resident_episodes`` of the largest episodes plus one
+    more in flight (payload + clip): the pool would otherwise stall instead of failing fast."""
+    sizes = np.sort(dataset.episode_nbytes)[::-1]
+    largest_in_flight = 2 * int(sizes[0])
+    if budget < largest_in_flight:
+        episode = int(dataset.episode_ids[int(np.argmax(dataset.episode_nbytes))])
+        raise BudgetError(
+            f"{what} of {budget} bytes is smaller than episode {episode}, which needs "
+            f"{largest_in_flight} bytes while it is fetched (payload + clip): raise byte_budget"
+        )
+    needed = int(sizes[:resident_episodes].sum()) + largest_in_flight
+    if budget < needed:
+        raise BudgetError(
+            f"{what} of {budget} bytes cannot hold {resident_episodes} resident episodes plus "
+            f"one in flight ({needed} bytes for the largest ones): raise byte_budget or lower "
+            "pool_size"
+        )
+
+
+class StreamEngine:
+    """Per-process machinery: row reader, episode byte cache, open decoders.
+
+    Created lazily in the process that iterates (never pickled); ``close()`` joins every
+    thread it started.
+    """
+
+    def __init__(self, dataset: OpenedDataset, options: StreamOptions, *, byte_budget: int) -> None:
+        self.dataset = dataset
+        self.options = options
+        self.rows = EpisodeRowReader(dataset.reader, dataset.meta)
+        source = ManifestClipSource(dataset.manifest, dataset.reader, root=dataset.root)
+        self.cache = EpisodeByteCache(
+            source,
+            dataset.reader,
+            byte_budget=byte_budget,
+            fetch_workers=options.fetch_workers,
+        )
+        self.decoders: DecoderPool[tuple[int, str]] = DecoderPool(
+            max_decoders=options.max_open_decoders, max_bytes=options.max_decoder_bytes
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def frames(
+        self, resident: ResidentEpisode, camera: str, source_times_s: np.ndarray
+    ) -> torch.Tensor:
+        """uint8 ``N x C x H x W`` frames of ``camera`` shown at source-file times."""
+        clip = resident.clips[camera]
+        key = (resident.episode, camera)
+        options = self.options
+
+        def open_clip():
+            return open_decoder(
+                clip.data,
+                backend=options.decoder,
+                device=options.device,
+                threads=options.ffmpeg_threads,
+                name=f"episode {resident.episode} / {camera}",
+            )
+
+        with self.decoders.lease(key, open_clip) as decoder:
+            return decoder.frames_at(
+                np.asarray(source_times_s, dtype=np.float64) - clip.time_offset_s,
+                tolerance_s=options.tolerance_s,
+            )
+
+    def forget(self, episode: int) -> None:
+        """Close the decoders of an episode that left (their clip bytes go with them)."""
+        for camera in self.dataset.meta.video_keys:
+            self.decoders.discard((episode, camera))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.cache.close()
+        self.decoders.close()

@@ -1,0 +1,191 @@
+"""EpisodeStreamDataset: map-style, a drop-in for LeRobot's ``LeRobotDataset``."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from episodestream.datasets._engine import OpenedDataset, StreamEngine, check_budget, open_dataset
+from episodestream.datasets._options import ImageDtype, StreamOptions
+from episodestream.datasets._samples import EpisodeRows, ImageTransform, SampleBuilder
+from episodestream.decode import BackendName
+from episodestream.storage import Location
+
+__all__ = ["EpisodeStreamDataset"]
+
+
+class EpisodeStreamDataset(torch.utils.data.Dataset):
+    """Map-style dataset returning, for index ``i``, the sample LeRobot's ``LeRobotDataset``
+    returns for the same dataset and index — streamed instead of downloaded.
+
+    ``len()`` is the number of frames of the selected episodes; ``ds[i]`` takes the ``i``-th of
+    them (with every episode selected, ``i`` is the global frame ``index``). Each access fetches
+    the whole episode's clips (one range request per camera) into a byte-budgeted cache and
+    prefetches the next selected episode, so sequential and episode-local access hit the cache.
+
+    Args:
+        root: local path, ``http(s)://`` URL, ``hf://datasets/org/name[@rev]``, ``s3://``, ...
+        revision: Hub branch, tag or commit (pinned to a commit when opened).
+        episodes: episode indices to expose, in this order (default: all).
+        delta_timestamps: LeRobot's ``{key: [offsets in seconds]}``.
+        image_dtype: "float32" (LeRobot's [0, 1]) or "uint8".
+        decoder: "auto", "torchcodec" or "pyav"; device: "cpu" or "cuda".
+        byte_budget: bytes of clips kept per process (int or "2GiB").
+        image_transforms: applied to each camera's frames (after dtype conversion).
+        prefetch_next: prefetch the next selected episode when one is first touched.
+        options: remaining knobs as keyword arguments of :class:`StreamOptions`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Location,
+        *,
+        revision: str | None = None,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        image_dtype: ImageDtype = "float32",
+        decoder: BackendName = "auto",
+        device: str = "cpu",
+        byte_budget: int | str = "2GiB",
+        image_transforms: ImageTransform | None = None,
+        prefetch_next: bool = True,
+        **options: Any,
+    ) -> None:
+        self.options = StreamOptions(
+            revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
+        )
+        self.dataset: OpenedDataset = open_dataset(
+            os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, self.options
+        )
+        try:
+            self.samples = SampleBuilder(
+                self.dataset.meta,
+                delta_timestamps=delta_timestamps,
+                image_dtype=image_dtype,
+                image_transforms=image_transforms,
+            )
+            check_budget(
+                self.dataset, self.options.byte_budget, resident_episodes=1, what="byte_budget"
+            )
+        except BaseException:
+            self.dataset.close()
+            raise
+        self.prefetch_next = prefetch_next
+        self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
+        self._engine: StreamEngine | None = None
+        self._rows: EpisodeRows | None = None
+        self._engine_pid: int | None = None
+        self._lock = threading.Lock()
+
+    # -- LeRobot-like surface -------------------------------------------------------------------
+
+    @property
+    def meta(self):
+        """The dataset's :class:`~episodestream.lerobot.DatasetMeta`."""
+        return self.dataset.meta
+
+    @property
+    def fps(self) -> float:
+        return self.dataset.meta.fps
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.dataset.episode_ids)
+
+    @property
+    def num_frames(self) -> int:
+        return self.dataset.num_frames
+
+    @property
+    def episodes(self) -> list[int]:
+        return self.dataset.episode_ids.tolist()
+
+    def __len__(self) -> int:
+        return self.dataset.num_frames
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(episode, frame within it) of position ``index``."""
+        n = len(self)
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for {n} frames")
+        position = int(np.searchsorted(self._starts, index, side="right")) - 1
+        return int(self.dataset.episode_ids[position]), int(index - self._starts[position])
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        episode, frame = self.locate(index)
+        engine, rows = self._engine_for_process()
+        resident = None
+        if self.samples.video_keys:
+            resident = engine.cache.wait_ready(episode, timeout=self.options.wait_timeout_s)
+            if self.prefetch_next:
+                self._prefetch_after(engine, episode)
+        return self.samples.build(episode, frame, rows.get(episode), resident, engine.frames)
+
+    def _prefetch_after(self, engine: StreamEngine, episode: int) -> None:
+        ids = self.dataset.episode_ids
+        position = int(np.flatnonzero(ids == episode)[0])
+        if position + 1 < len(ids):
+            engine.cache.prefetch(int(ids[position + 1]))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _engine_for_process(self) -> tuple[StreamEngine, EpisodeRows]:
+        with self._lock:
+            if self._engine is None or self._engine_pid != os.getpid():
+                self._engine = StreamEngine(
+                    self.dataset, self.options, byte_budget=self.options.byte_budget
+                )
+                self._rows = EpisodeRows(self._engine.rows, self.samples.data_keys)
+                self._engine_pid = os.getpid()
+            assert self._rows is not None
+            return self._engine, self._rows
+
+    def metrics(self) -> dict[str, Any]:
+        """Cache, decoder and reader counters of this process."""
+        engine = self._engine
+        result: dict[str, Any] = {"reader": self.dataset.reader.metrics()}
+        if engine is not None:
+            result["cache"] = engine.cache.metrics()
+            result["decoders"] = engine.decoders.stats()
+        return result
+
+    def close(self) -> None:
+        """Stop fetch threads and close decoders and connections of this process."""
+        with self._lock:
+            engine, self._engine, self._rows = self._engine, None, None
+        if engine is not None and self._engine_pid == os.getpid():
+            engine.close()
+        self.dataset.close()
+
+    def __enter__(self) -> EpisodeStreamDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_engine"] = None
+        state["_rows"] = None
+        state["_engine_pid"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeStreamDataset(root={self.dataset.root!r}, episodes={self.num_episodes}, "
+            f"frames={self.num_frames}, cameras={list(self.samples.video_keys)})"
+        )

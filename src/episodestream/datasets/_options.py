@@ -1,0 +1,120 @@
+"""Typed options shared by the datasets, and byte-size parsing ("8GiB")."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
+
+__all__ = [
+    "DEFAULT_BYTE_BUDGET",
+    "DEFAULT_FETCH_WORKERS",
+    "DEFAULT_WAIT_TIMEOUT_S",
+    "ImageDtype",
+    "StreamOptions",
+    "parse_bytes",
+]
+
+ImageDtype = Literal["float32", "uint8"]
+
+DEFAULT_BYTE_BUDGET = 2 * 2**30
+DEFAULT_FETCH_WORKERS = 4
+#: How long a sample may wait for its episode's bytes before a StorageTimeout (seconds).
+DEFAULT_WAIT_TIMEOUT_S = 300.0
+DEFAULT_MAX_OPEN_DECODERS = 64
+DEFAULT_MAX_DECODER_BYTES = 1 * 2**30
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value: int | str, *, name: str = "byte_budget") -> int:
+    """``8GiB``, ``500MB``, ``1.5GiB`` or a plain int of bytes → int bytes (> 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, str):
+        match = _SIZE.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(
+                f"{name}={value!r} is not a size: use bytes or a number with one of "
+                "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+            )
+        result = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        raise ValueError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
+    if result <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """How a dataset reaches and decodes its data; shared by both dataset classes.
+
+    Attributes:
+        revision: branch, tag or commit for Hub roots (pinned to a commit when opened).
+        byte_budget: bytes of episode clips a process may hold (the pool splits it among
+            DataLoader workers).
+        fetch_workers: concurrent episode fetches per process.
+        decoder: "auto" (torchcodec, else PyAV), "torchcodec" or "pyav".
+        device: "cpu" or "cuda[:N]" (torchcodec only).
+        ffmpeg_threads: FFmpeg threads per open decoder.
+        tolerance_s: accepted distance between a requested timestamp and a frame (LeRobot's).
+        wait_timeout_s: bound on waiting for one episode's bytes.
+        sidecar: explicit sidecar index path; cache_dir: local cache folder for sidecars.
+        build_index: build the manifest from the videos when no sidecar is usable.
+        reader_options: passed to :func:`episodestream.storage.open_reader` (token, timeouts,
+            storage_options for fsspec, ...).
+        max_open_decoders, max_decoder_bytes: bounds of the open-decoder LRU.
+    """
+
+    revision: str | None = None
+    byte_budget: int = DEFAULT_BYTE_BUDGET
+    fetch_workers: int = DEFAULT_FETCH_WORKERS
+    decoder: BackendName = "auto"
+    device: str = "cpu"
+    ffmpeg_threads: int = DEFAULT_FFMPEG_THREADS
+    tolerance_s: float = DEFAULT_TOLERANCE_S
+    wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S
+    sidecar: str | os.PathLike[str] | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    build_index: bool = True
+    progress: bool = False
+    reader_options: dict[str, Any] = field(default_factory=dict)
+    max_open_decoders: int = DEFAULT_MAX_OPEN_DECODERS
+    max_decoder_bytes: int = DEFAULT_MAX_DECODER_BYTES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
+        if self.decoder not in ("auto", "torchcodec", "pyav"):
+            raise ValueError(f"decoder={self.decoder!r} is not one of 'auto', 'torchcodec', 'pyav'")
+        for name in ("fetch_workers", "max_open_decoders", "max_decoder_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ffmpeg_threads < 0:
+            raise ValueError(f"ffmpeg_threads must be >= 0, got {self.ffmpeg_threads}")
+        if not self.tolerance_s > 0:
+            raise ValueError(f"tolerance_s must be > 0, got {self.tolerance_s}")
+        if not self.wait_timeout_s > 0:
+            raise ValueError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")

@@ -1,0 +1,455 @@
+"""EpisodePoolDataset: the exact-coverage episode pool as a torch IterableDataset."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from episodestream.datasets._engine import OpenedDataset, StreamEngine, check_budget, open_dataset
+from episodestream.datasets._options import ImageDtype, StreamOptions
+from episodestream.datasets._samples import EpisodeRows, ImageTransform, SampleBuilder
+from episodestream.datasets._world import detect_rank, detect_slot
+from episodestream.decode import BackendName, DecodeExecutor
+from episodestream.errors import SamplingError
+from episodestream.sampling import (
+    PoolParams,
+    PoolSchedule,
+    WorkerSlot,
+    episodes_digest,
+    loader_consumption,
+    plan_shards,
+    split_budget,
+)
+from episodestream.storage import Location
+
+__all__ = ["EpisodePoolDataset"]
+
+logger = logging.getLogger(__name__)
+
+POOL_STATE_VERSION = 1
+DEFAULT_DECODE_THREADS = 2
+#: bound on waiting for one decoded sample (decode of one multi-camera sample)
+DEFAULT_SAMPLE_TIMEOUT_S = 120.0
+_METRICS_WINDOW = 32
+
+
+class _PoolMetrics:
+    """Counters of one iteration (one process / worker)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = time.perf_counter()
+        self.first_sample_s: float | None = None
+        self.samples = 0
+        self.refill_waits = 0
+        self.refill_wait_s = 0.0
+        self.episodes_entered = 0
+        self.window: list[int] = []
+        self.window_unique: list[int] = []
+        self.per_episode: collections.Counter[int] = collections.Counter()
+
+    def sample(self, episode: int) -> None:
+        with self.lock:
+            if self.first_sample_s is None:
+                self.first_sample_s = time.perf_counter() - self.started
+            self.samples += 1
+            self.per_episode[episode] += 1
+            self.window.append(episode)
+            if len(self.window) == _METRICS_WINDOW:
+                self.window_unique.append(len(set(self.window)))
+                self.window.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            elapsed = time.perf_counter() - self.started
+            unique = self.window_unique
+            counts = list(self.per_episode.values())
+            return {
+                "samples": self.samples,
+                "elapsed_s": elapsed,
+                "samples_per_s": self.samples / elapsed if elapsed > 0 else 0.0,
+                "time_to_first_sample_s": self.first_sample_s,
+                "refill_waits": self.refill_waits,
+                "refill_wait_s": self.refill_wait_s,
+                "episodes_entered": self.episodes_entered,
+                "unique_episodes": len(self.per_episode),
+                f"unique_episodes_per_{_METRICS_WINDOW}_mean": float(np.mean(unique))
+                if unique
+                else None,
+                f"unique_episodes_per_{_METRICS_WINDOW}_min": int(min(unique)) if unique else None,
+                "samples_per_episode_max": max(counts) if counts else 0,
+            }
+
+
+class EpisodePoolDataset(torch.utils.data.IterableDataset):
+    """Iterable dataset drawing every selected frame exactly once per epoch from a pool of
+    resident episodes (see DESIGN.md, "Exact-coverage pool").
+
+    Episodes are split between ranks (``torch.distributed`` or ``RANK``/``WORLD_SIZE``) and
+    then DataLoader workers, balanced by frames; ``byte_budget`` is per rank and is split
+    between its workers. Each worker keeps ``pool_size`` episodes resident, draws uniformly
+    over the frames left in its pool, prefetches the next ``prefetch_episodes`` entries, and
+    decodes on ``decode_threads`` threads (image transforms run there too). Samples equal
+    :class:`EpisodeStreamDataset`'s for the same (episode, frame).
+
+    Resume: ``state_dict(samples_consumed=..., num_workers=..., batch_size=...)`` then, in a new
+    run, ``load_state_dict(state)`` before iterating: the iteration yields exactly the samples
+    the interrupted one had not delivered, in the same order. Call ``set_epoch(e)`` each epoch.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Location,
+        *,
+        pool_size: int = 16,
+        prefetch_episodes: int = 8,
+        byte_budget: int | str = "8GiB",
+        seed: int = 0,
+        shuffle: bool = True,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        decode_threads: int = DEFAULT_DECODE_THREADS,
+        max_pending_samples: int | None = None,
+        image_dtype: ImageDtype = "float32",
+        image_transforms: ImageTransform | None = None,
+        decoder: BackendName = "auto",
+        device: str = "cpu",
+        revision: str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self.params = PoolParams(pool_size=pool_size, seed=seed, shuffle=shuffle)
+        if isinstance(prefetch_episodes, bool) or not isinstance(prefetch_episodes, int):
+            raise SamplingError(f"prefetch_episodes must be an int >= 0, got {prefetch_episodes!r}")
+        if prefetch_episodes < 0:
+            raise SamplingError(f"prefetch_episodes must be >= 0, got {prefetch_episodes}")
+        if decode_threads < 0:
+            raise SamplingError(f"decode_threads must be >= 0, got {decode_threads}")
+        self.prefetch_episodes = prefetch_episodes
+        self.decode_threads = decode_threads
+        self.max_pending_samples = (
+            max_pending_samples if max_pending_samples is not None else 4 * max(decode_threads, 1)
+        )
+        if self.max_pending_samples < 1:
+            raise SamplingError(f"max_pending_samples must be >= 1, got {max_pending_samples}")
+        self._rank_args = (rank, world_size)
+        self.options = StreamOptions(
+            revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
+        )
+        self.dataset: OpenedDataset = open_dataset(
+            os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, self.options
+        )
+        try:
+            self.samples = SampleBuilder(
+                self.dataset.meta,
+                delta_timestamps=delta_timestamps,
+                image_dtype=image_dtype,
+                image_transforms=image_transforms,
+            )
+            check_budget(
+                self.dataset,
+                self.options.byte_budget,
+                resident_episodes=min(pool_size, len(self.dataset.episode_ids)),
+                what="byte_budget",
+            )
+        except BaseException:
+            self.dataset.close()
+            raise
+        self.epoch = 0
+        self._resume: dict[str, Any] | None = None
+        self._yielded = 0
+        self._iterated_workers: int | None = None
+        self._metrics: _PoolMetrics | None = None
+        self._engine: StreamEngine | None = None
+
+    # -- epochs and resume ----------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise SamplingError(f"epoch must be an int >= 0, got {epoch!r}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (all its workers together)."""
+        rank, world_size = detect_rank(*self._rank_args)
+        plan = self._plan(world_size, 1)
+        return int(plan.frames_per_rank[rank])
+
+    def _plan(self, world_size: int, num_workers: int):
+        return plan_shards(
+            self.dataset.episode_ids,
+            self.dataset.episode_lengths,
+            world_size=world_size,
+            num_workers=num_workers,
+            seed=self.params.seed,
+            epoch=self.epoch,
+            shuffle=self.params.shuffle,
+        )
+
+    def state_dict(
+        self,
+        samples_consumed: int | None = None,
+        *,
+        num_workers: int | None = None,
+        batch_size: int = 1,
+        drop_last: bool = False,
+    ) -> dict[str, Any]:
+        """Resume state after ``samples_consumed`` samples of the current epoch.
+
+        Iterating in this process (no DataLoader workers), both default to what was iterated.
+        With a ``DataLoader(num_workers=N, batch_size=B)``, pass the samples your loop
+        received and the loader's ``num_workers``, ``batch_size`` and ``drop_last``.
+        """
+        if samples_consumed is None:
+            if self._iterated_workers is None:
+                raise SamplingError(
+                    "state_dict() needs samples_consumed= (and num_workers=) when the dataset "
+                    "is iterated by DataLoader workers"
+                )
+            samples_consumed = self._yielded
+        if num_workers is None:
+            num_workers = self._iterated_workers or 1
+        rank, world_size = detect_rank(*self._rank_args)
+        return {
+            "version": POOL_STATE_VERSION,
+            "seed": self.params.seed,
+            "epoch": self.epoch,
+            "pool_size": self.params.pool_size,
+            "shuffle": self.params.shuffle,
+            "rank": rank,
+            "world_size": world_size,
+            "num_workers": max(int(num_workers), 1),
+            "batch_size": int(batch_size),
+            "drop_last": bool(drop_last),
+            "episodes_digest": episodes_digest(
+                self.dataset.episode_ids, self.dataset.episode_lengths
+            ),
+            "samples_consumed": int(samples_consumed),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`; the next iteration of its epoch continues it."""
+        required = (
+            "version",
+            "seed",
+            "epoch",
+            "pool_size",
+            "shuffle",
+            "rank",
+            "world_size",
+            "num_workers",
+            "batch_size",
+            "drop_last",
+            "episodes_digest",
+            "samples_consumed",
+        )
+        missing = [name for name in required if name not in state]
+        if missing:
+            raise SamplingError(f"resume state lacks field(s) {missing}")
+        if state["version"] > POOL_STATE_VERSION:
+            raise SamplingError(
+                f"resume state version {state['version']} is newer than {POOL_STATE_VERSION}"
+            )
+        rank, world_size = detect_rank(*self._rank_args)
+        expected = {
+            "seed": self.params.seed,
+            "pool_size": self.params.pool_size,
+            "shuffle": self.params.shuffle,
+            "rank": rank,
+            "world_size": world_size,
+            "episodes_digest": episodes_digest(
+                self.dataset.episode_ids, self.dataset.episode_lengths
+            ),
+        }
+        for name, value in expected.items():
+            if state[name] != value:
+                raise SamplingError(
+                    f"resume state {name}={state[name]!r} does not match this run's {value!r}"
+                    + (" (the episode set differs)" if name == "episodes_digest" else "")
+                )
+        self.epoch = int(state["epoch"])
+        self._resume = dict(state)
+
+    def _start_position(self, slot: WorkerSlot, plan) -> int:
+        state = self._resume
+        if state is None or state["epoch"] != self.epoch:
+            return 0
+        if state["num_workers"] != slot.num_workers:
+            raise SamplingError(
+                f"resume state num_workers={state['num_workers']} does not match this "
+                f"DataLoader's {slot.num_workers}"
+            )
+        totals = plan.frames_per_slot[slot.rank]
+        consumed = loader_consumption(
+            state["samples_consumed"],
+            worker_totals=totals,
+            batch_size=state["batch_size"],
+            drop_last=state["drop_last"],
+        )
+        return int(consumed[slot.worker])
+
+    # -- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        slot = detect_slot(*self._rank_args)
+        plan = self._plan(slot.world_size, slot.num_workers)
+        start = self._start_position(slot, plan)
+        self._resume = None  # applies to one iteration only
+        ids = plan.episodes_for(slot)
+        counts = plan.frame_counts_for(slot)
+        schedule = PoolSchedule(
+            ids, counts, params=self.params, slot=slot, epoch=self.epoch, start=start
+        )
+        self._iterated_workers = (
+            slot.num_workers if torch.utils.data.get_worker_info() is None else None
+        )
+        self._yielded = start
+        if ids.size == 0:
+            return
+        budget = split_budget(self.options.byte_budget, slot)
+        mine = np.isin(self.dataset.episode_ids, ids)
+        mine_dataset = _restrict(self.dataset, mine)
+        check_budget(
+            mine_dataset,
+            budget,
+            resident_episodes=min(self.params.pool_size, int(ids.size)),
+            what=f"byte_budget share of worker {slot.worker} (rank {slot.rank})",
+        )
+        engine = StreamEngine(self.dataset, self.options, byte_budget=budget)
+        metrics = _PoolMetrics()
+        self._engine, self._metrics = engine, metrics
+        try:
+            yield from self._run(engine, schedule, metrics)
+        finally:
+            engine.close()
+            self._engine = None
+
+    def _run(
+        self, engine: StreamEngine, schedule: PoolSchedule, metrics: _PoolMetrics
+    ) -> Iterator[dict[str, Any]]:
+        cache = engine.cache
+        rows = EpisodeRows(
+            engine.rows,
+            self.samples.data_keys,
+            capacity=self.params.pool_size + self.prefetch_episodes + 1,
+        )
+        order = schedule.entry_order
+        entry_position = {int(e): i for i, e in enumerate(order.tolist())}
+        next_entry = 0
+        residents: dict[int, Any] = {}
+        pending: collections.deque[tuple[str, Any]] = collections.deque()
+        timeout = self.options.wait_timeout_s
+        has_video = bool(self.samples.video_keys)
+        executor = DecodeExecutor(
+            self.decode_threads, max_pending=self.max_pending_samples + 1, name="episodestream-pool"
+        )
+
+        def build(episode: int, frame: int, resident: Any) -> dict[str, Any]:
+            return self.samples.build(episode, frame, rows.get(episode), resident, engine.frames)
+
+        def pop() -> dict[str, Any] | None:
+            kind, item = pending.popleft()
+            if kind == "leave":
+                cache.release(item)
+                residents.pop(item, None)
+                engine.forget(item)
+                return None
+            episode, future = item
+            sample = future.result(timeout=DEFAULT_SAMPLE_TIMEOUT_S)
+            metrics.sample(episode)
+            self._yielded += 1
+            return sample
+
+        try:
+            for event in schedule.events():
+                episode = event.episode_id
+                if event.kind == "enter":
+                    metrics.episodes_entered += 1
+                    cache.retain(episode)
+                    if has_video:
+                        cache.prefetch(episode)
+                    next_entry = max(next_entry, entry_position[episode] + 1)
+                    for upcoming in order[next_entry : next_entry + self.prefetch_episodes]:
+                        if not cache.prefetch(int(upcoming)):
+                            break
+                elif event.kind == "draw":
+                    resident = residents.get(episode)
+                    if resident is None and has_video:
+                        if not cache.is_ready(episode):
+                            waited = time.perf_counter()
+                            resident = cache.wait_ready(episode, timeout=timeout)
+                            metrics.refill_waits += 1
+                            metrics.refill_wait_s += time.perf_counter() - waited
+                        else:
+                            resident = cache.wait_ready(episode, timeout=timeout)
+                        residents[episode] = resident
+                    future: Future[dict[str, Any]] = executor.submit(
+                        build, episode, event.frame_index, resident
+                    )
+                    pending.append(("sample", (episode, future)))
+                    while len(pending) > self.max_pending_samples:
+                        sample = pop()
+                        if sample is not None:
+                            yield sample
+                else:  # leave: after every earlier sample is out
+                    pending.append(("leave", episode))
+            while pending:
+                sample = pop()
+                if sample is not None:
+                    yield sample
+        finally:
+            executor.close()
+
+    # -- introspection --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters of the current (or last) iteration in this process."""
+        result: dict[str, Any] = {"reader": self.dataset.reader.metrics()}
+        if self._metrics is not None:
+            result.update(self._metrics.snapshot())
+        engine = self._engine
+        if engine is not None:
+            result["cache"] = engine.cache.metrics()
+            result["decoders"] = engine.decoders.stats()
+        return result
+
+    def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        self.dataset.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_engine"] = None
+        state["_metrics"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodePoolDataset(root={self.dataset.root!r}, episodes="
+            f"{len(self.dataset.episode_ids)}, frames={self.dataset.num_frames}, "
+            f"pool_size={self.params.pool_size}, epoch={self.epoch})"
+        )
+
+
+def _restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:
+    from dataclasses import replace
+
+    return replace(
+        dataset,
+        episode_ids=dataset.episode_ids[mask],
+        episode_lengths=dataset.episode_lengths[mask],
+        episode_nbytes=dataset.episode_nbytes[mask],
+    )

@@ -1,0 +1,151 @@
+"""Turning (episode, frame) into the sample LeRobot's ``LeRobotDataset`` returns."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from episodestream.cache import ResidentEpisode
+from episodestream.datasets._options import ImageDtype
+from episodestream.decode import to_float
+from episodestream.lerobot import DatasetMeta, EpisodeRowReader
+from episodestream.sampling import delta_frame_offsets, delta_query
+
+__all__ = ["EpisodeRows", "SampleBuilder"]
+
+ImageTransform = Callable[[torch.Tensor], torch.Tensor]
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+DEFAULT_ROWS_EPISODES = 32
+
+
+class EpisodeRows:
+    """Decoded Parquet rows of recently used episodes (an LRU by episode count)."""
+
+    def __init__(
+        self,
+        reader: EpisodeRowReader,
+        columns: Sequence[str],
+        capacity: int = DEFAULT_ROWS_EPISODES,
+    ) -> None:
+        self._reader = reader
+        self._columns = list(columns)
+        self._capacity = capacity
+        self._rows: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, episode: int) -> dict[str, np.ndarray]:
+        with self._lock:
+            rows = self._rows.get(episode)
+            if rows is not None:
+                self._rows.move_to_end(episode)
+                return rows
+        rows = self._reader.rows(episode, self._columns)
+        with self._lock:
+            self._rows[episode] = rows
+            while len(self._rows) > self._capacity:
+                self._rows.popitem(last=False)
+        return rows
+
+
+class SampleBuilder:
+    """Assembles samples: every info.json feature, ``task``, and ``{key}_is_pad`` for deltas.
+
+    Numeric features come from the episode's Parquet rows as tensors of their declared dtype;
+    cameras are decoded at ``from_timestamp + timestamp`` of the (clamped) frames, exactly as
+    LeRobot queries them, as float32 in [0, 1] (``x / 255``) or uint8.
+    """
+
+    def __init__(
+        self,
+        meta: DatasetMeta,
+        *,
+        delta_timestamps: Mapping[str, Sequence[float]] | None,
+        image_dtype: ImageDtype,
+        image_transforms: ImageTransform | None = None,
+    ) -> None:
+        if image_dtype not in ("float32", "uint8"):
+            raise ValueError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
+        self.meta = meta
+        self.image_dtype = image_dtype
+        self.image_transforms = image_transforms
+        self.video_keys = meta.video_keys
+        self.data_keys = meta.data_keys
+        if "timestamp" not in self.data_keys and self.video_keys:
+            raise ValueError("meta/info.json: features lack 'timestamp', needed to find frames")
+        features = {f.key: f for f in meta.features}
+        self.offsets = delta_frame_offsets(delta_timestamps or {}, meta.fps)
+        unknown = sorted(set(self.offsets) - set(features))
+        if unknown:
+            raise ValueError(
+                f"delta_timestamps keys {unknown} are not features of the dataset "
+                f"(have {sorted(features)})"
+            )
+        self._dtypes = {
+            key: _TORCH_DTYPES.get(features[key].dtype)
+            for key in self.data_keys
+            if features[key].kind == "numeric"
+        }
+        table = meta.episodes
+        self._from_ts = {key: table.video(key).from_timestamp for key in self.video_keys}
+        self._tasks = meta.tasks
+
+    def build(
+        self,
+        episode: int,
+        frame: int,
+        rows: Mapping[str, np.ndarray],
+        resident: ResidentEpisode | None,
+        decode: Callable[[ResidentEpisode, str, np.ndarray], torch.Tensor],
+    ) -> dict[str, Any]:
+        """The sample of ``frame`` (0-based, within ``episode``)."""
+        length = len(rows["frame_index"])
+        queries = delta_query(frame, length, self.offsets) if self.offsets else {}
+        sample: dict[str, Any] = {}
+        for key in self.data_keys:
+            column = rows[key]
+            query = queries.get(key)
+            value = column[frame] if query is None else column[query.frame_indices]
+            sample[key] = self._tensor(key, value)
+            if query is not None:
+                sample[f"{key}_is_pad"] = torch.from_numpy(query.is_pad.copy())
+        row = self.meta.episodes.row(episode)
+        timestamps = rows.get("timestamp")
+        for key in self.video_keys:
+            if resident is None:
+                raise ValueError("camera frames need the episode's clips")
+            query = queries.get(key)
+            indices = np.array([frame]) if query is None else query.frame_indices
+            assert timestamps is not None
+            source_times = float(self._from_ts[key][row]) + timestamps[indices].astype(np.float64)
+            frames = decode(resident, key, source_times)
+            images = to_float(frames) if self.image_dtype == "float32" else frames
+            if self.image_transforms is not None:
+                images = self.image_transforms(images)
+            sample[key] = images[0] if query is None else images
+            if query is not None:
+                sample[f"{key}_is_pad"] = torch.from_numpy(query.is_pad.copy())
+        if "task_index" in rows:
+            sample["task"] = self._tasks[int(rows["task_index"][frame])]
+        return sample
+
+    def _tensor(self, key: str, value: Any) -> Any:
+        dtype = self._dtypes.get(key)
+        if dtype is None:  # string features stay Python strings
+            return value.tolist() if isinstance(value, np.ndarray) else value
+        return torch.as_tensor(np.asarray(value)).to(dtype).clone()
