@@ -112,7 +112,7 @@ def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
     available = meta.episodes.episode_index
     if episodes is None:
         return np.asarray(available, dtype=np.int64).copy()
-    if isinstance(episodes, int | np.integer) or isinstance(episodes, str | bytes):
+    if isinstance(episodes, int | np.integer | str | bytes):
         raise ValueError(f"episodes must be a list of episode indices, got {episodes!r}")
     try:
         ids = np.asarray(list(episodes), dtype=np.int64)  # type: ignore[call-overload]
