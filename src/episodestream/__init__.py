@@ -33,7 +33,13 @@ from episodestream.errors import (
 __version__ = "0.1.0"
 
 # public name -> module that defines it; imported on first attribute access
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "EpisodePoolDataset": "episodestream.datasets",
+    "EpisodeStreamDataset": "episodestream.datasets",
+    "Location": "episodestream.storage",
+    "StreamOptions": "episodestream.datasets",
+    "open_reader": "episodestream.storage",
+}
 
 __all__ = sorted(
     [

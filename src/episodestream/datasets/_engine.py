@@ -13,7 +13,7 @@ import torch
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
 from episodestream.datasets._options import StreamOptions
 from episodestream.decode import DecoderPool, open_decoder
-from episodestream.errors import BudgetError, DatasetFormatError
+from episodestream.errors import BudgetError, DatasetFormatError, SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, open_manifest
 from episodestream.storage import Location, RangeReader, open_reader
@@ -113,21 +113,21 @@ def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
     if episodes is None:
         return np.asarray(available, dtype=np.int64).copy()
     if isinstance(episodes, int | np.integer | str | bytes):
-        raise ValueError(f"episodes must be a list of episode indices, got {episodes!r}")
+        raise SamplingError(f"episodes must be a list of episode indices, got {episodes!r}")
     try:
         ids = np.asarray(list(episodes), dtype=np.int64)  # type: ignore[call-overload]
     except (TypeError, ValueError) as error:
-        raise ValueError(f"episodes must be a list of episode indices: {error}") from error
+        raise SamplingError(f"episodes must be a list of episode indices: {error}") from error
     if ids.size == 0:
-        raise ValueError("episodes is empty: select at least one episode")
+        raise SamplingError("episodes is empty: select at least one episode")
     unknown = np.setdiff1d(ids, available)
     if unknown.size:
-        raise ValueError(
+        raise SamplingError(
             f"unknown episode(s) {unknown[:10].tolist()}: the dataset has episodes "
             f"{int(available.min())}..{int(available.max())} ({available.size} in all)"
         )
     if np.unique(ids).size != ids.size:
-        raise ValueError("episodes lists an episode more than once")
+        raise SamplingError("episodes lists an episode more than once")
     return ids
 
 
