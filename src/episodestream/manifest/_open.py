@@ -44,6 +44,9 @@ SIDECAR_FILENAME = "index.arrow"
 # N ranks wait for the one that builds; a build of a huge dataset over a WAN takes a while
 DEFAULT_LOCK_TIMEOUT_S = 3600.0
 _DOWNLOAD_PIECE_BYTES = 64 << 20
+# a published sidecar up to this size is fetched whole at once (one request) and checked
+# after; a bigger one has its header checked first (two small requests)
+_HEADER_CHECK_MIN_BYTES = 8 << 20
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -123,13 +126,14 @@ def _fetch_published(
     except NotFound:
         return False, "absent"
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
-    # the identity sits in the footer's schema: check it before fetching the whole file
-    identity = read_sidecar_header(
-        open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=where
-    )
-    reason = identity.mismatch(expected)
-    if reason is not None:
-        return False, f"{where}: {reason}"
+    if size > _HEADER_CHECK_MIN_BYTES:
+        # big: check the identity in the footer's schema before fetching the whole file
+        identity = read_sidecar_header(
+            open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=where
+        )
+        reason = identity.mismatch(expected)
+        if reason is not None:
+            return False, f"{where}: {reason}"
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(
         prefix=f".{destination.name}.", suffix=".download", dir=destination.parent
@@ -141,7 +145,13 @@ def _fetch_published(
                 handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
             handle.flush()
             os.fsync(handle.fileno())
-        load_sidecar(temporary, expect=expected)  # whole and readable before it is visible
+        try:  # whole, readable and this dataset's before it becomes visible
+            reason = load_sidecar(temporary).identity.mismatch(expected)
+        except ManifestError as error:
+            reason = str(error).replace(temporary, where)
+        if reason is not None:
+            os.unlink(temporary)
+            return False, f"{where}: {reason}"
         os.chmod(temporary, 0o644)
         os.replace(temporary, destination)
     except BaseException:
