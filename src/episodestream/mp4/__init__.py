@@ -3,7 +3,15 @@
 Bytes in, frozen records out; no I/O except the ``clip_file`` convenience.
 """
 
-from episodestream.mp4._boxes import MAX_BOX_DEPTH, Box, FieldReader, find_child, iter_boxes
+from episodestream.mp4._boxes import (
+    CONTAINER_BOXES,
+    MAX_BOX_DEPTH,
+    Box,
+    FieldReader,
+    find_child,
+    iter_boxes,
+    walk_boxes,
+)
 from episodestream.mp4._clip import clip_header, clip_size, write_clip
 from episodestream.mp4._file import Clip, clip_file
 from episodestream.mp4._index import MAX_UNTABLED_SAMPLES, TrackIndex, parse_moov
@@ -21,8 +29,10 @@ from episodestream.mp4._plan import (
     plan_span,
     reorder_depth,
 )
+from episodestream.mp4._synthetic import synthetic_moov
 
 __all__ = [
+    "CONTAINER_BOXES",
     "DEFAULT_FIRST_PROBE_BYTES",
     "DEFAULT_TOLERANCE_S",
     "MAX_BOX_DEPTH",
@@ -45,5 +55,7 @@ __all__ = [
     "parse_moov",
     "plan_span",
     "reorder_depth",
+    "synthetic_moov",
+    "walk_boxes",
     "write_clip",
 ]

@@ -15,10 +15,22 @@ import numpy as np
 
 from episodestream.errors import Mp4FormatError
 
-__all__ = ["MAX_BOX_DEPTH", "Box", "FieldReader", "find_child", "iter_boxes"]
+__all__ = [
+    "CONTAINER_BOXES",
+    "MAX_BOX_DEPTH",
+    "Box",
+    "FieldReader",
+    "find_child",
+    "iter_boxes",
+    "walk_boxes",
+]
 
 #: Deepest nesting :func:`iter_boxes` accepts (a real ``stbl`` table sits at depth 5).
 MAX_BOX_DEPTH = 16
+#: Box types made only of child boxes, which :func:`walk_boxes` descends into.
+CONTAINER_BOXES = frozenset(
+    {"moov", "trak", "mdia", "minf", "stbl", "edts", "dinf", "mvex", "moof", "traf"}
+)
 
 _HEADER = struct.Struct(">I4s")
 _U64 = struct.Struct(">Q")
@@ -133,6 +145,40 @@ def iter_boxes(
         name = f"{box_type}[{n}]" if box_type in indexed else box_type
         yield Box(box_type, _join(parent_path, name), pos, header, pos + size, base_offset)
         pos += size
+
+
+def walk_boxes(
+    data: bytes | bytearray | memoryview,
+    *,
+    containers: frozenset[str] = CONTAINER_BOXES,
+    base_offset: int = 0,
+) -> Iterator[Box]:
+    """Every box of ``data``, depth first, descending into ``containers``.
+
+    Raises:
+        Mp4FormatError: as :func:`iter_boxes`, including nesting deeper than
+            :data:`MAX_BOX_DEPTH`.
+    """
+    # An explicit stack rather than recursion: depth is bounded by MAX_BOX_DEPTH anyway,
+    # but a generator chain per level would be needlessly slow.
+    stack = [iter_boxes(data, base_offset=base_offset)]
+    while stack:
+        box = next(stack[-1], None)
+        if box is None:
+            stack.pop()
+            continue
+        yield box
+        if box.type in containers:
+            stack.append(
+                iter_boxes(
+                    data,
+                    box.payload_start,
+                    box.end,
+                    parent_path=box.path,
+                    depth=len(stack),
+                    base_offset=base_offset,
+                )
+            )
 
 
 def find_child(

@@ -455,7 +455,7 @@ def _parse_edits(
     if entries[0][1] == -1:
         empty = entries[0][0]
         entries = entries[1:]
-    if len(entries) != 1:
+    if len(entries) != 1 or entries[0][1] == -1:
         raise UnsupportedMp4Error(
             f"{elst.path}: edit list {_describe(entries)} is not supported; only an "
             "optional empty edit followed by one media edit"
