@@ -111,7 +111,8 @@ def case(request: pytest.FixtureRequest, contract_dir: Path) -> Iterator[Case]:
 
 
 def _thread_names() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("episodestream")}
+    prefixes = ("episodestream-http", "episodestream-fsspec")
+    return {t.name for t in threading.enumerate() if t.name.startswith(prefixes)}
 
 
 def test_sizes_and_protocols(case: Case):

@@ -252,3 +252,29 @@ def test_close_interrupts_a_retry_wait_and_joins_threads(served):
     assert "closed" in str(errors[0])
     with pytest.raises(StorageError, match="closed"):
         reader.read(PATH, 0, 10)
+
+
+@pytest.mark.parametrize("kind", ["chunked", "no_length", "informational"])
+def test_unusual_but_legal_framings(served, kind):
+    served.inject(PATH, Fault(kind, after_bytes=777))
+    with _reader(served) as reader:
+        assert reader.read(PATH, 5, 100_000) == DATA[5:100_005]
+        assert reader.read(PATH, 0, 10) == DATA[:10]  # the connection state stayed sane
+        assert reader.metrics()["retries"] == 0
+
+
+def test_idle_connections_closed_by_the_server_are_replaced_without_a_retry(served):
+    with _reader(served) as reader:
+        assert reader.read(PATH, 0, 10) == DATA[:10]
+        served.drop_connections()
+        assert reader.read(PATH, 10, 10) == DATA[10:20]
+        metrics = reader.metrics()
+        assert metrics["retries"] == 0 and metrics["connections"] == 2
+
+
+def test_per_host_connection_limit_is_a_hard_cap(served):
+    limits = Limits(max_connections_per_host=2, max_concurrency=8, split_threshold_bytes=0)
+    requests = [ReadRequest(PATH, i * 100_000, 50_000) for i in range(16)]
+    with _reader(served, limits=limits) as reader:
+        assert reader.read_many(requests) == [DATA[r.offset : r.end] for r in requests]
+        assert reader.metrics()["connections"] <= 2

@@ -7,6 +7,7 @@ different address (127.0.0.2) so "another host" is literally another host.
 from __future__ import annotations
 
 import collections
+import contextlib
 import email.utils
 import hashlib
 import hmac
@@ -55,10 +56,23 @@ class Fault:
     ``after_bytes``, close cleanly), ``stall`` (wait ``delay_seconds`` before the headers, then
     answer normally), ``wrong_range`` (answer bytes shifted by ``shift`` with a matching
     Content-Range), ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced
-    by ``data`` before this request is answered).
+    by ``data`` before this request is answered). Legal but unusual framings: ``chunked`` (the
+    body in chunks of ``after_bytes`` or 1000), ``no_length`` (HTTP/1.0-style: no length, the
+    body ends when the server closes), ``informational`` (a ``103 Early Hints`` first).
     """
 
-    kind: Literal["status", "reset", "truncate", "stall", "wrong_range", "ignore_range", "replace"]
+    kind: Literal[
+        "status",
+        "reset",
+        "truncate",
+        "stall",
+        "wrong_range",
+        "ignore_range",
+        "replace",
+        "chunked",
+        "no_length",
+        "informational",
+    ]
     status: int = 503
     retry_after: str | None = None
     after_bytes: int = 0
@@ -116,6 +130,23 @@ def _serve_bytes(
     else:
         body = data
         status = 200
+    if fault is not None and fault.kind == "informational":
+        handler.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n")
+    if fault is not None and fault.kind == "chunked":
+        headers["Transfer-Encoding"] = "chunked"
+        _send_head(handler, status, headers, record)
+        size = fault.after_bytes or 1000
+        for low in range(0, len(body), size):
+            piece = body[low : low + size]
+            handler.wfile.write(f"{len(piece):x};ext=1\r\n".encode() + piece + b"\r\n")
+        handler.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
+        return
+    if fault is not None and fault.kind == "no_length":
+        headers["Connection"] = "close"
+        _send_head(handler, status, headers, record)
+        handler.wfile.write(body)
+        handler.close_connection = True
+        return
     headers["Content-Length"] = str(len(body))
     _send_head(handler, status, headers, record)
     if fault is not None and fault.kind in ("reset", "truncate"):
@@ -148,15 +179,22 @@ def _send_json(
     payload: Any,
     record: RecordedRequest,
     headers: dict[str, str] | None = None,
+    *,
+    chunked: bool = False,
 ) -> None:
     body = json.dumps(payload).encode()
+    framing = {"Transfer-Encoding": "chunked"} if chunked else {"Content-Length": str(len(body))}
     _send_head(
-        handler,
-        status,
-        {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})},
-        record,
+        handler, status, {"Content-Type": "application/json", **framing, **(headers or {})}, record
     )
-    handler.wfile.write(body)
+    if chunked:
+        # Like a real API server streaming a listing: several chunks, then the last one.
+        for low in range(0, len(body), 64):
+            piece = body[low : low + 64]
+            handler.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        handler.wfile.write(b"0\r\n\r\n")
+    else:
+        handler.wfile.write(body)
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -175,12 +213,18 @@ class _LoopbackServer:
         log: list[RecordedRequest],
         lock: threading.Lock,
     ) -> None:
+        connections: set[socket.socket] = set()
+        self._connections = connections
+        self._lock = lock
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             timeout = 10  # an idle keep-alive connection is dropped, so no thread waits forever
 
             def setup(self) -> None:
                 super().setup()
+                with lock:
+                    connections.add(self.connection)
                 # Headers and body go out as separate writes: without this, Nagle + delayed ACK
                 # add 40 ms to every small response.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -197,6 +241,11 @@ class _LoopbackServer:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     self.close_connection = True
 
+            def finish(self) -> None:
+                with lock:
+                    connections.discard(self.connection)
+                super().finish()
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -212,6 +261,14 @@ class _LoopbackServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def drop_connections(self) -> None:
+        """Close every open client connection from the server side (idle keep-alives too)."""
+        with self._lock:
+            open_now = list(self._connections)
+        for connection in open_now:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._server.shutdown()
@@ -264,6 +321,10 @@ class FaultServer:
         """Apply ``faults``, in order, to the next requests for ``path``."""
         with self._lock:
             self._faults.setdefault(path.lstrip("/"), collections.deque()).extend(faults)
+
+    def drop_connections(self) -> None:
+        """Close all client connections server-side, as an idle keep-alive timeout would."""
+        self._server.drop_connections()
 
     def requests_for(self, path: str) -> list[RecordedRequest]:
         with self._lock:
@@ -470,7 +531,7 @@ class HubStandIn:
                 "cursor": cursor + self.page_size,
             }
             headers["Link"] = f'<{record.path}?{urllib.parse.urlencode(params)}>; rel="next"'
-        _send_json(handler, 200, page, record, headers)
+        _send_json(handler, 200, page, record, headers, chunked=True)
 
     # -- cdn host
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -137,7 +138,7 @@ def _fsspec(url: str, ranges: Ranges, concurrency: int) -> list[bytes]:
 
 
 CLIENTS: dict[str, Client] = {
-    "episodestream HttpRangeReader (urllib3)": _episodestream,
+    "episodestream HttpRangeReader": _episodestream,
     "urllib3 PoolManager + threads": _urllib3,
     "httpx Client + threads": _httpx,
     "aiohttp (asyncio)": _aiohttp,
@@ -158,10 +159,8 @@ def _close_cached() -> None:
     for value in _CACHE.values():
         for method in ("close", "shutdown", "clear"):
             if hasattr(value, method):
-                try:
+                with contextlib.suppress(Exception):
                     getattr(value, method)()
-                except Exception:
-                    pass
                 break
     _CACHE.clear()
 
@@ -215,10 +214,8 @@ class _Servers:
         self.urls: list[str] = self._conn.recv()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._conn.send("stop")
-        except OSError:
-            pass
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.kill()
@@ -305,7 +302,7 @@ def _run(
     count = 32 if quick else 64
     headline = _measure(_episodestream, capped, _large_ranges(count, rng), 16, data)
     ceiling = min(16 * WAN_MIBPS, report["emulator_limit_mib_per_s"])
-    ours_small = report["clients"]["episodestream HttpRangeReader (urllib3)"]["small_rtt0_x8"]
+    ours_small = report["clients"]["episodestream HttpRangeReader"]["small_rtt0_x8"]
     fsspec_small = report["clients"]["fsspec HTTPFileSystem (aiohttp)"]["small_rtt0_x8"]
     report["headline"] = {
         "ranges": count,

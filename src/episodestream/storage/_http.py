@@ -1,4 +1,5 @@
-"""Native HTTP(S) range reader on urllib3 (chosen by measurement: docs/HTTP_CLIENTS.md).
+"""Native HTTP(S) range reader on a minimal HTTP/1.1 transport (chosen by measurement:
+docs/HTTP_CLIENTS.md; see ``_wire.py``).
 
 One exchange = one ``GET`` with a single ``Range``. Every answer is checked before a byte of it is
 trusted: status, ``Content-Range`` start/end/total, body length and the file's validator (ETag or
@@ -16,6 +17,7 @@ import logging
 import os
 import random
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -25,20 +27,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
-
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import (
-    EmptyPoolError,
-    HTTPError,
-    NewConnectionError,
-    ReadTimeoutError,
-    SSLError,
-)
-from urllib3.exceptions import (
-    TimeoutError as Urllib3TimeoutError,
-)
 
 from episodestream.errors import (
     InvalidResponse,
@@ -58,6 +46,7 @@ from episodestream.storage._config import (
     Timeouts,
 )
 from episodestream.storage._urls import origin_of, redact_url
+from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
 
 __all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
 
@@ -79,7 +68,7 @@ _SKIP_CHUNK_BYTES = 1024 * 1024
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
-_USER_AGENT = "episodestream/0.1 (urllib3)"
+_USER_AGENT = "episodestream/0.1"
 
 
 class _Metrics:
@@ -115,42 +104,6 @@ class _Metrics:
         with self._lock:
             base.update(self._values)
         return base
-
-
-class _TimedHTTPConnection(HTTPConnection):
-    """Counts connection set-ups and their time into the owning reader's metrics."""
-
-    def __init__(self, *args: Any, es_metrics: _Metrics | None = None, **kwargs: Any) -> None:
-        self._es_metrics = es_metrics
-        super().__init__(*args, **kwargs)
-
-    def connect(self) -> None:
-        started = time.perf_counter()
-        super().connect()
-        if self._es_metrics is not None:
-            self._es_metrics.add("connections")
-            self._es_metrics.add("connect_seconds", time.perf_counter() - started)
-
-
-class _TimedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, es_metrics: _Metrics | None = None, **kwargs: Any) -> None:
-        self._es_metrics = es_metrics
-        super().__init__(*args, **kwargs)
-
-    def connect(self) -> None:
-        started = time.perf_counter()
-        super().connect()
-        if self._es_metrics is not None:
-            self._es_metrics.add("connections")
-            self._es_metrics.add("connect_seconds", time.perf_counter() - started)
-
-
-class _HTTPPool(HTTPConnectionPool):
-    ConnectionCls = _TimedHTTPConnection  # type: ignore[assignment]
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _TimedHTTPSConnection  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
@@ -238,13 +191,10 @@ class HttpRangeReader:
         self._log_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
-        self._pools: dict[tuple[str, str, int], HTTPConnectionPool] = {}
+        self._pools: dict[tuple[str, str, int], WirePool] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._metrics = _Metrics()
         self._rng = random.Random(self._seed)
-        self._timeout = urllib3.Timeout(
-            connect=self._timeouts.connect_seconds, read=self._timeouts.read_seconds
-        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = {
@@ -260,7 +210,6 @@ class HttpRangeReader:
                 "_executor",
                 "_metrics",
                 "_rng",
-                "_timeout",
             }
         }
         with self._lock:
@@ -469,31 +418,37 @@ class HttpRangeReader:
 
     # ------------------------------------------------------------------------- transport
 
-    def _pool_for(self, url: str) -> HTTPConnectionPool:
+    def _pool_for(self, url: str) -> WirePool:
         scheme, host, port = origin = origin_of(url)
         with self._lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             pool = self._pools.get(origin)
             if pool is None:
-                common: dict[str, Any] = {
-                    "maxsize": self._limits.max_connections_per_host,
-                    "block": True,  # the per-host limit is a hard cap
-                    "timeout": self._timeout,
-                    "retries": False,
-                    "es_metrics": self._metrics,
-                }
+                context = None
                 if scheme == "https":
-                    tls: dict[str, Any] = {
-                        "cert_reqs": "CERT_REQUIRED" if self._verify else "CERT_NONE"
-                    }
-                    if isinstance(self._verify, str):
-                        tls["ca_certs"] = self._verify
-                    pool = _HTTPSPool(host, port, **common, **tls)
-                else:
-                    pool = _HTTPPool(host, port, **common)
-                self._pools[origin] = pool
+                    context = ssl.create_default_context(
+                        cafile=self._verify if isinstance(self._verify, str) else None
+                    )
+                    if self._verify is False:
+                        context.check_hostname = False
+                        context.verify_mode = ssl.CERT_NONE
+                pool = self._pools[origin] = WirePool(
+                    scheme,
+                    host,
+                    port,
+                    maxsize=self._limits.max_connections_per_host,  # a hard cap per host
+                    connect_timeout=self._timeouts.connect_seconds,
+                    read_timeout=self._timeouts.read_seconds,
+                    pool_timeout=self._timeouts.pool_seconds,
+                    ssl_context=context,
+                    on_connect=self._count_connect,
+                )
             return pool
+
+    def _count_connect(self, seconds: float) -> None:
+        self._metrics.add("connections")
+        self._metrics.add("connect_seconds", seconds)
 
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
@@ -501,27 +456,15 @@ class HttpRangeReader:
             headers.update(self._credentials)
         return headers
 
-    def _send(self, url: str, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+    def _send(self, url: str, headers: dict[str, str]) -> WireResponse:
         """One GET whose response body is left unread; transport failures become ``_Retry``."""
         pool = self._pool_for(url)
         parts = urllib.parse.urlsplit(url)
-        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         started = time.perf_counter()
         try:
-            response = pool.urlopen(
-                "GET",
-                target,
-                headers=headers,
-                retries=False,
-                redirect=False,
-                assert_same_host=False,
-                timeout=self._timeout,
-                pool_timeout=self._timeouts.pool_seconds,
-                preload_content=False,
-                decode_content=False,
-                release_conn=False,
-            )
-        except EmptyPoolError as error:
+            response = pool.get(target, headers)
+        except PoolTimeout as error:
             raise _Retry(
                 StorageTimeout(
                     f"{redact_url(url)}: no free connection within "
@@ -529,19 +472,16 @@ class HttpRangeReader:
                     f"{self._limits.max_connections_per_host})"
                 )
             ) from error
-        except SSLError as error:
+        except ssl.SSLCertVerificationError as error:
             # A certificate problem does not fix itself; do not retry.
-            raise StorageError(f"{redact_url(url)}: TLS error: {error}") from error
-        except NewConnectionError as error:
-            # Checked first: urllib3 makes it a subclass of its ConnectTimeoutError.
-            raise _Retry(
-                StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
-            ) from error
-        except (Urllib3TimeoutError, TimeoutError) as error:
+            raise StorageError(f"{redact_url(url)}: TLS certificate error: {error}") from error
+        except TimeoutError as error:
             raise _Retry(
                 StorageTimeout(f"{redact_url(url)}: timed out: {_describe(error)}")
             ) from error
-        except (HTTPError, OSError) as error:
+        except WireError as error:
+            raise _Retry(InvalidResponse(f"{redact_url(url)}: {error}")) from error
+        except OSError as error:
             raise _Retry(
                 StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
             ) from error
@@ -552,13 +492,12 @@ class HttpRangeReader:
         return response
 
     @staticmethod
-    def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    def _discard(response: WireResponse) -> None:
         """Drop a response whose body we will not (fully) read: close its connection."""
-        response.close()
-        response.release_conn()
+        response.discard()
 
     def _read_small_body(
-        self, response: urllib3.BaseHTTPResponse, limit: int, *, strict: bool = False
+        self, response: WireResponse, limit: int, *, strict: bool = False
     ) -> bytes | None:
         """The whole body when it fits in ``limit`` bytes, the connection then reused.
 
@@ -566,7 +505,7 @@ class HttpRangeReader:
         ``None`` — or, with ``strict``, raises: ``InvalidResponse`` for too large, ``_Retry``
         for a broken transfer.
         """
-        where = redact_url(response.geturl() or "") or "response"
+        where = "response body"
         length = response.headers.get("Content-Length")
         if length is not None and (not length.strip().isdigit() or int(length) > limit):
             self._discard(response)
@@ -589,12 +528,12 @@ class HttpRangeReader:
                     if strict:
                         raise InvalidResponse(f"{where}: body larger than {limit} bytes")
                     return None
-        except (HTTPError, OSError) as error:
+        except (OSError, ValueError) as error:
             self._discard(response)
             if strict:
                 raise _Retry(StorageError(f"{where}: body broken: {_describe(error)}")) from error
             return None
-        response.release_conn()
+        response.release()
         return b"".join(parts)
 
     # -------------------------------------------------------------------------- exchanges
@@ -697,7 +636,7 @@ class HttpRangeReader:
     def _take_partial(
         self,
         state: _FileState,
-        response: urllib3.BaseHTTPResponse,
+        response: WireResponse,
         start: int,
         end: int,
         sent: float,
@@ -739,7 +678,7 @@ class HttpRangeReader:
             raise InvalidResponse(f"{where}: body sent with Content-Encoding {encoding!r}")
         received, failure = self._read_body(response, expected, where, sent)
         if failure is None:
-            response.release_conn()  # fully read: the connection is reusable
+            response.release()  # fully read: the connection is reusable
         else:
             self._discard(response)
         return received, failure
@@ -747,7 +686,7 @@ class HttpRangeReader:
     def _take_whole(
         self,
         state: _FileState,
-        response: urllib3.BaseHTTPResponse,
+        response: WireResponse,
         start: int,
         end: int,
         probe: bool,
@@ -784,7 +723,7 @@ class HttpRangeReader:
                     break
                 skipped += len(chunk)
                 self._metrics.add("bytes", len(chunk))
-        except (HTTPError, OSError) as error:
+        except (OSError, ValueError) as error:
             self._discard(response)
             raise _Retry(StorageError(f"{where}: {_describe(error)}")) from error
         if skipped < start:
@@ -797,7 +736,7 @@ class HttpRangeReader:
         return received
 
     def _read_body(
-        self, response: urllib3.BaseHTTPResponse, wanted: int, where: str, sent: float
+        self, response: WireResponse, wanted: int, where: str, sent: float
     ) -> tuple[bytes, _Retry | None]:
         """Up to ``wanted`` body bytes; a short or broken body yields what came and a ``_Retry``.
 
@@ -814,9 +753,7 @@ class HttpRangeReader:
         body_started: float | None = None
         try:
             # Time to first byte: wait until the first body byte is buffered (not consumed).
-            peek = getattr(getattr(response, "_fp", None), "fp", None)
-            if peek is not None and hasattr(peek, "peek"):
-                peek.peek(1)
+            response.peek()
             body_started = time.perf_counter()
             self._metrics.add("first_byte_seconds", body_started - sent)
             while position < wanted:
@@ -833,7 +770,7 @@ class HttpRangeReader:
                         StorageTimeout(f"{where}: body slower than the attempt deadline")
                     )
                     break
-        except (Urllib3TimeoutError, ReadTimeoutError, TimeoutError) as error:
+        except TimeoutError as error:
             failure = _Retry(
                 StorageTimeout(
                     f"{where}: no data for {self._timeouts.read_seconds} s after {position} of "
@@ -841,7 +778,7 @@ class HttpRangeReader:
                 )
             )
             failure.__cause__ = error
-        except (HTTPError, OSError, ValueError) as error:
+        except (OSError, ValueError) as error:
             # ValueError: peek/read on a socket file the server already closed.
             failure = _Retry(
                 StorageError(
@@ -893,7 +830,7 @@ class HttpRangeReader:
     def _raise_for_status(
         self,
         state: _FileState,
-        response: urllib3.BaseHTTPResponse,
+        response: WireResponse,
         start: int | None,
         end: int | None,
     ) -> None:
@@ -1032,6 +969,5 @@ def _describe(error: BaseException) -> str:
     reason = getattr(error, "reason", None)
     base = reason if isinstance(reason, BaseException) else error
     text = str(base)
-    # urllib3 messages embed the pool repr or request URL; keep the exception kind and errno.
     text = re.sub(r"https?://\S+", "<url>", text)
     return f"{type(base).__name__}: {text}" if text else type(base).__name__

@@ -1,0 +1,398 @@
+"""A minimal HTTP/1.1 client transport: persistent connections, one GET at a time per socket.
+
+Why our own: a range read is a GET with three headers and a fixed-length body, and measured on
+this hardware (docs/HTTP_CLIENTS.md) the general clients spend 8x more CPU per small request
+than the exchange needs — mostly parsing response headers through ``email.feedparser``. Here a
+response head is read with ``BufferedReader.readline`` (C) and split by hand, and a body is read
+with one ``BufferedReader.read(n)``, which fills a fresh ``bytes`` straight from the socket.
+
+Scope, deliberately small: GET only, no request bodies, no proxies, no compression (we send
+``Accept-Encoding: identity``), HTTP/1.0 and 1.1 responses, Content-Length, chunked and
+close-delimited bodies, 1xx responses skipped. TLS through :mod:`ssl` with certificate and
+host-name checks on by default. Everything that waits is bounded by a socket timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+__all__ = ["Headers", "PoolTimeout", "WireError", "WirePool", "WireResponse"]
+
+_MAX_LINE_BYTES = 64 * 1024
+_MAX_HEADERS = 200
+_READ_BUFFER_BYTES = 256 * 1024
+
+
+class WireError(Exception):
+    """A malformed or truncated HTTP response head; the connection is unusable."""
+
+
+class PoolTimeout(Exception):
+    """No connection slot for the host became free in time."""
+
+
+class Headers(Mapping[str, str]):
+    """Response headers, case-insensitive; repeated fields joined with ``", "``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items  # keys already lower-case
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._items.get(name.lower(), default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+class _Connection:
+    """One socket to one origin, with a buffered reader for response heads and bodies."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
+
+    def close(self) -> None:
+        try:
+            self.reader.close()
+        finally:
+            self.sock.close()
+
+    def dropped(self) -> bool:
+        """Whether an idle connection was closed by the server (readable = EOF or junk)."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+
+class WireResponse:
+    """A response whose body is read on demand; holds its connection's pool slot until
+    :meth:`release` (body fully read: connection kept) or :meth:`discard` (connection closed).
+    """
+
+    def __init__(
+        self,
+        pool: WirePool,
+        connection: _Connection,
+        status: int,
+        headers: Headers,
+        *,
+        keep_alive: bool,
+        length: int | None,
+        chunked: bool,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self._pool = pool
+        self._connection: _Connection | None = connection
+        self._keep_alive = keep_alive
+        self._remaining = length  # None: chunked or until close
+        self._chunked = chunked
+        self._chunk_left = 0
+        self._done = length == 0
+        self._broken = False
+
+    @property
+    def complete(self) -> bool:
+        return self._done
+
+    def peek(self) -> None:
+        """Block until the first body byte is buffered (time to first byte), consuming none."""
+        if self._connection is not None and not self._done:
+            self._connection.reader.peek(1)
+
+    def read(self, amount: int | None = None) -> bytes:
+        """Up to ``amount`` body bytes (all when None); ``b""`` at the end or after a short body.
+
+        A body shorter than announced yields the bytes that came, then ``b""``: the caller sees
+        fewer bytes than it asked for.
+        """
+        if self._done or self._broken or self._connection is None:
+            return b""
+        if self._chunked:
+            return self._read_chunked(amount)
+        reader = self._connection.reader
+        if self._remaining is None:  # delimited by close
+            data = reader.read() if amount is None else reader.read(amount)
+            if not data or amount is None:
+                self._done = True
+                self._keep_alive = False
+            return data
+        wanted = self._remaining if amount is None else min(amount, self._remaining)
+        data = reader.read(wanted)
+        self._remaining -= len(data)
+        if len(data) < wanted:
+            self._broken = True
+        elif self._remaining == 0:
+            self._done = True
+        return data
+
+    def _read_chunked(self, amount: int | None) -> bytes:
+        assert self._connection is not None
+        reader = self._connection.reader
+        parts: list[bytes] = []
+        got = 0
+        while amount is None or got < amount:
+            if self._chunk_left == 0:
+                line = reader.readline(_MAX_LINE_BYTES + 1)
+                if not line.endswith(b"\n"):
+                    self._broken = True
+                    break
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    self._broken = True
+                    break
+                if size == 0:
+                    # Trailers, then the blank line that ends the message.
+                    for _ in range(_MAX_HEADERS + 1):
+                        trailer = reader.readline(_MAX_LINE_BYTES + 1)
+                        if trailer in (b"\r\n", b"\n"):
+                            break
+                        if not trailer.endswith(b"\n"):
+                            self._broken = True
+                            break
+                    else:
+                        self._broken = True
+                    if not self._broken:
+                        self._done = True
+                    break
+                self._chunk_left = size
+            take = self._chunk_left if amount is None else min(self._chunk_left, amount - got)
+            data = reader.read(take)
+            parts.append(data)
+            got += len(data)
+            self._chunk_left -= len(data)
+            if len(data) < take:
+                self._broken = True
+                break
+            if self._chunk_left == 0 and reader.read(2) not in (b"\r\n",):
+                self._broken = True
+                break
+        return b"".join(parts)
+
+    def release(self) -> None:
+        """Give the connection back: kept for reuse when the body was fully read."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            reusable = self._done and self._keep_alive and not self._broken
+            self._pool._put(connection, reusable)
+
+    def discard(self) -> None:
+        """Close the connection (its body is abandoned) and free its slot."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._pool._put(connection, False)
+
+
+class WirePool:
+    """Persistent connections to one origin, at most ``maxsize`` open at once.
+
+    Args:
+        scheme, host, port: the origin.
+        maxsize: connections open at once; a request beyond it waits up to ``pool_timeout``.
+        connect_timeout, read_timeout: seconds for connection set-up and any single wait for
+            bytes afterwards.
+        ssl_context: for https.
+        on_connect: called with the seconds each new connection took (metrics).
+    """
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        *,
+        maxsize: int,
+        connect_timeout: float,
+        read_timeout: float,
+        pool_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+        on_connect: Callable[[float], None] | None = None,
+    ) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._pool_timeout = pool_timeout
+        self._ssl_context = ssl_context
+        self._on_connect = on_connect
+        self._slots = threading.BoundedSemaphore(maxsize)
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self._lock = threading.Lock()
+        self._closed = False
+        default_port = 443 if scheme == "https" else 80
+        host_text = f"[{host}]" if ":" in host else host
+        self._host_header = host_text if port == default_port else f"{host_text}:{port}"
+
+    def _connect(self) -> _Connection:
+        started = time.perf_counter()
+        sock = socket.create_connection((self.host, self.port), timeout=self._connect_timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl_context is not None:
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=self.host)
+            sock.settimeout(self._read_timeout)
+        except BaseException:
+            sock.close()
+            raise
+        if self._on_connect is not None:
+            self._on_connect(time.perf_counter() - started)
+        return _Connection(sock)
+
+    def _take(self) -> tuple[_Connection, bool]:
+        """A connection (reused or new) holding a slot: (connection, reused)."""
+        if not self._slots.acquire(timeout=self._pool_timeout):
+            raise PoolTimeout(
+                f"no free connection to {self.host}:{self.port} within {self._pool_timeout} s"
+            )
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        raise OSError("connection pool is closed")
+                    connection = self._idle.pop() if self._idle else None
+                if connection is None:
+                    return self._connect(), False
+                if not connection.dropped():
+                    return connection, True
+                connection.close()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _put(self, connection: _Connection, reusable: bool) -> None:
+        with self._lock:
+            keep = reusable and not self._closed
+            if keep:
+                self._idle.append(connection)
+        if not keep:
+            with contextlib.suppress(OSError):
+                connection.close()
+        self._slots.release()
+
+    def get(self, target: str, headers: Mapping[str, str]) -> WireResponse:
+        """Send ``GET target`` and read the response head; the body is left to the caller.
+
+        A reused connection that turns out closed by the server before any answer byte is
+        replaced once by a new connection (a GET is safe to repeat).
+        """
+        lines = [f"GET {target} HTTP/1.1", f"Host: {self._host_header}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        for _ in range(2):
+            connection, reused = self._take()
+            try:
+                try:
+                    connection.sock.sendall(request)
+                except (BrokenPipeError, ConnectionResetError):
+                    raise _StaleConnection() from None
+                return self._read_head(connection)
+            except _StaleConnection:
+                self._put(connection, False)
+                if not reused:
+                    raise WireError("server closed the connection without answering") from None
+            except BaseException:
+                self._put(connection, False)
+                raise
+        raise WireError("server closed the connection without answering")
+
+    def _read_head(self, connection: _Connection) -> WireResponse:
+        reader = connection.reader
+        while True:
+            try:
+                line = reader.readline(_MAX_LINE_BYTES + 1)
+            except ConnectionResetError:
+                raise _StaleConnection() from None
+            if not line:
+                raise _StaleConnection()
+            parts = line.split(None, 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+                raise WireError(f"bad status line {line[:80]!r}")
+            try:
+                status = int(parts[1])
+            except ValueError as error:
+                raise WireError(f"bad status line {line[:80]!r}") from error
+            version = parts[0]
+            fields: dict[str, str] = {}
+            for _ in range(_MAX_HEADERS + 1):
+                field = reader.readline(_MAX_LINE_BYTES + 1)
+                if field in (b"\r\n", b"\n"):
+                    break
+                if not field.endswith(b"\n"):
+                    raise WireError("response head truncated or a header line too long")
+                name, colon, value = field.partition(b":")
+                if not colon:
+                    raise WireError(f"bad header line {field[:80]!r}")
+                key = name.strip().decode("latin-1").lower()
+                text = value.strip().decode("latin-1")
+                fields[key] = f"{fields[key]}, {text}" if key in fields else text
+            else:
+                raise WireError(f"more than {_MAX_HEADERS} response headers")
+            if 100 <= status < 200:
+                continue  # 100 Continue, 103 Early Hints: the real answer follows
+            break
+        headers = Headers(fields)
+        connection_tokens = (headers.get("Connection") or "").lower()
+        keep_alive = (
+            "close" not in connection_tokens
+            if version == b"HTTP/1.1"
+            else "keep-alive" in connection_tokens
+        )
+        chunked = "chunked" in (headers.get("Transfer-Encoding") or "").lower()
+        length: int | None = None
+        if status in (204, 304):
+            length = 0
+        elif not chunked:
+            declared = headers.get("Content-Length")
+            if declared is not None:
+                try:
+                    length = int(declared.split(",")[0])
+                except ValueError as error:
+                    raise WireError(f"bad Content-Length {declared!r}") from error
+                if length < 0:
+                    raise WireError(f"bad Content-Length {declared!r}")
+            else:
+                keep_alive = False  # the body ends when the server closes
+        return WireResponse(
+            self,
+            connection,
+            status,
+            headers,
+            keep_alive=keep_alive,
+            length=length,
+            chunked=chunked,
+        )
+
+    def close(self) -> None:
+        """Close idle connections; connections in use close when given back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle), collections.deque()
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                connection.close()
+
+
+class _StaleConnection(Exception):
+    """The server closed a connection before answering (an idle keep-alive timed out)."""
