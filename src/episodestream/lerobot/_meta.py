@@ -238,8 +238,15 @@ class DatasetMeta:
 
 
 def read_whole(reader: RangeReader, path: str, *, required: bool = True) -> bytes | None:
-    """Every byte of a small file; None when absent and not ``required``."""
+    """Every byte of a small file; None when absent and not ``required``.
+
+    A reader with ``read_file(path) -> bytes`` (one request, no size look-up first) is
+    asked that way; otherwise ``size`` then ``read``.
+    """
+    read_file = getattr(reader, "read_file", None)
     try:
+        if callable(read_file):
+            return bytes(read_file(path))
         size = reader.size(path)
         return reader.read(path, 0, size) if size else b""
     except NotFound as error:

@@ -183,9 +183,15 @@ def _flat(batch: pa.RecordBatch, name: str, where: str) -> pa.Array:
             f"{where}: sidecar lacks column {name!r} (written by another version); rebuild it"
         )
     column = batch.column(index)
-    if len(column) != 1:
-        raise ManifestError(f"{where}: column {name!r} must have exactly one row")
-    return column.flatten()
+    if len(column) != 1 or not isinstance(column, pa.LargeListArray) or column.null_count:
+        raise ManifestError(f"{where}: column {name!r} must be one non-null list row")
+    # .values and .offsets are plain buffer accessors; .flatten() would initialize pyarrow's
+    # compute registry on first use (~0.2 s)
+    start, end = column.offsets.to_numpy()
+    values = column.values
+    if start != 0 or end != len(values):
+        values = values.slice(int(start), int(end - start))
+    return values
 
 
 def _numpy(batch: pa.RecordBatch, name: str, where: str) -> np.ndarray:
