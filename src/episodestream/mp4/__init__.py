@@ -17,6 +17,7 @@ from episodestream.mp4._file import Clip, clip_file
 from episodestream.mp4._index import MAX_UNTABLED_SAMPLES, TrackIndex, parse_moov
 from episodestream.mp4._locate import (
     DEFAULT_FIRST_PROBE_BYTES,
+    DEFAULT_TAIL_PROBE_BYTES,
     MAX_TOP_LEVEL_BOXES,
     MoovLocation,
     locate_moov,
@@ -34,6 +35,7 @@ from episodestream.mp4._synthetic import synthetic_moov
 __all__ = [
     "CONTAINER_BOXES",
     "DEFAULT_FIRST_PROBE_BYTES",
+    "DEFAULT_TAIL_PROBE_BYTES",
     "DEFAULT_TOLERANCE_S",
     "MAX_BOX_DEPTH",
     "MAX_REORDER_DEPTH",

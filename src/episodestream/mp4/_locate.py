@@ -8,10 +8,19 @@ from dataclasses import dataclass
 
 from episodestream.errors import Mp4FormatError, UnsupportedMp4Error
 
-__all__ = ["DEFAULT_FIRST_PROBE_BYTES", "MAX_TOP_LEVEL_BOXES", "MoovLocation", "locate_moov"]
+__all__ = [
+    "DEFAULT_FIRST_PROBE_BYTES",
+    "DEFAULT_TAIL_PROBE_BYTES",
+    "MAX_TOP_LEVEL_BOXES",
+    "MoovLocation",
+    "locate_moov",
+]
 
 #: Size of the first read at offset 0: holds ftyp + moov of most faststart files.
 DEFAULT_FIRST_PROBE_BYTES = 65536
+#: Largest later read: a moov after the mdat usually runs to the end of the file, so the
+#: read at the next box header takes up to this much and catches the whole moov at once.
+DEFAULT_TAIL_PROBE_BYTES = 1 << 20
 #: Top-level boxes walked before giving up (a real file has a handful).
 MAX_TOP_LEVEL_BOXES = 4096
 _MIN_PROBE_BYTES = 16  # one 64-bit box header
@@ -33,17 +42,20 @@ def locate_moov(
     file_size: int,
     *,
     first_probe: int = DEFAULT_FIRST_PROBE_BYTES,
+    tail_probe: int = DEFAULT_TAIL_PROBE_BYTES,
 ) -> MoovLocation:
     """Walk the top-level boxes with as few reads as possible and return the ``moov``.
 
     Reads ``first_probe`` bytes at offset 0; box headers found there tell where the next
-    box starts, so a ``moov`` after a large ``mdat`` costs one read at its offset (of
-    ``first_probe`` bytes, or the box's size once known) and at most one more for its rest.
+    box starts, so a ``moov`` after a large ``mdat`` costs one read at its offset (up to
+    ``tail_probe`` bytes, to the end of the file at most) and one more only for the rest of
+    a ``moov`` larger than that.
 
     Args:
         read_range: ``read_range(offset, length)`` returns exactly those file bytes.
         file_size: size of the file in bytes.
         first_probe: bytes of the first read (at least 16).
+        tail_probe: most bytes of each later read at a box header (at least first_probe).
 
     Raises:
         Mp4FormatError: no ``moov``, a box header that runs past the file, or a short read.
@@ -52,6 +64,7 @@ def locate_moov(
     if file_size < 8:
         raise Mp4FormatError(f"file of {file_size} bytes is too small to hold an MP4 box")
     probe = max(int(first_probe), _MIN_PROBE_BYTES)
+    later_probe = max(int(tail_probe), probe)
     probes = 0
     bytes_read = 0
     buf = b""
@@ -85,7 +98,7 @@ def locate_moov(
             break
         if file_size - pos < 8:
             break  # trailing padding after the last box
-        head = ensure(pos, min(16, file_size - pos), probe)
+        head = ensure(pos, min(16, file_size - pos), probe if probes == 0 else later_probe)
         rel = pos - buf_start
         size, raw_type = struct.unpack_from(">I4s", head, rel)
         box_type = raw_type.decode("latin-1")
