@@ -40,7 +40,7 @@ DEFAULT_BUILD_WORKERS = 16
 # bytes per frame (stsz 4 + stco 4-8 + ctts 8 + stss ~2 + slack) plus a fixed allowance
 _MOOV_BYTES_PER_FRAME = 24
 _MOOV_FIXED_BYTES = 16 << 10
-_MIN_FIRST_PROBE = 64 << 10
+_MIN_FIRST_PROBE = 16 << 10
 _MAX_FIRST_PROBE = 16 << 20
 # the span of an episode is [from_timestamp, to_timestamp - half a frame]: every frame of
 # the episode is presented in it, the next episode's first frame is not
