@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from episodestream.errors import Mp4FormatError
+from episodestream.errors import Mp4FormatError, UnsupportedMp4Error
 from episodestream.mp4._index import TrackIndex
 from episodestream.mp4._plan import SpanPlan, clip_samples
 
@@ -251,6 +251,15 @@ def _clip_tables(index: TrackIndex, plan: SpanPlan) -> tuple[_Tables, np.ndarray
     if media_time < 0:
         cts = cts - media_time
         media_time = 0
+    if int(durations.min()) < 0 or int(durations.max()) > _U32_MAX:
+        raise UnsupportedMp4Error(
+            f"track {index.track_id}: a decode-time step of the clip does not fit stts"
+        )
+    if int(cts.min()) < -(1 << 31) or int(cts.max()) >= 1 << 31:
+        # FFmpeg reads ctts as signed 32-bit in both versions
+        raise UnsupportedMp4Error(
+            f"track {index.track_id}: composition offsets of the clip do not fit ctts"
+        )
     clip_pts = index.pts[kept] - int(index.pts[plan.sample_start])
     top = int(np.argmax(clip_pts))
     edit_duration = int(clip_pts[top]) + max(int(durations[top]), 1)

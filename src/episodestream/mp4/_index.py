@@ -18,7 +18,7 @@ __all__ = ["MAX_UNTABLED_SAMPLES", "TrackIndex", "parse_moov"]
 
 #: Most samples accepted when ``stsz`` gives one size for all (no per-sample table backs
 #: the count); tabled sizes are bounded by the bytes of the table itself.
-MAX_UNTABLED_SAMPLES = 1 << 24
+MAX_UNTABLED_SAMPLES = 1 << 20
 
 # Sample entry fourccs of video codecs whose tracks we index.
 _VISUAL_ENTRY_MIN_BYTES = 86  # 8-byte header + 78 bytes of VisualSampleEntry fields
