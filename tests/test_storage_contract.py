@@ -203,3 +203,12 @@ def test_pickled_reader_works_and_holds_no_threads(case: Case):
         clone.close()
     case.reader.close()
     assert _thread_names() <= before
+
+
+def test_read_file_returns_whole_files(case: Case):
+    for relative, data in FILES.items():
+        assert case.reader.read_file(relative) == data, relative
+    with pytest.raises(NotFound):
+        case.reader.read_file("meta/absent.json")
+    with pytest.raises(StorageError, match="max_bytes"):
+        case.reader.read_file(BIG, max_bytes=1000)

@@ -278,3 +278,18 @@ def test_per_host_connection_limit_is_a_hard_cap(served):
     with _reader(served, limits=limits) as reader:
         assert reader.read_many(requests) == [DATA[r.offset : r.end] for r in requests]
         assert reader.metrics()["connections"] <= 2
+
+
+def test_read_file_is_one_request_and_copes_with_odd_servers(fault_server):
+    fault_server.put("empty.bin", b"")
+    fault_server.put("small.json", b'{"a": 1}')
+    with _reader(fault_server) as reader:
+        assert reader.read_file("empty.bin") == b""
+        assert reader.read_file("small.json") == b'{"a": 1}'
+        assert reader.size("small.json") == 8  # learnt from the same request
+        assert reader.metrics()["requests"] == 2
+    for kind in ("ignore_range", "chunked", "truncate"):
+        fault_server.put(PATH, DATA)
+        fault_server.inject(PATH, Fault(kind, after_bytes=4321))  # type: ignore[arg-type]
+        with _reader(fault_server) as reader:
+            assert reader.read_file(PATH) == DATA, kind

@@ -91,6 +91,10 @@ class RangeReader(Protocol):
     ``read`` returns exactly ``length`` bytes or raises a :class:`~episodestream.StorageError`;
     ``read_many`` may run requests concurrently but returns results in request order.
     Readers are context managers and hold no sockets or threads once pickled.
+
+    Every reader in this package also has (not part of the Protocol, so test doubles need not):
+    ``file_info(path) -> FileInfo`` (size and validators, as pinned by the reader) and
+    ``read_file(path, *, max_bytes=512 MiB) -> bytes`` (a whole file in one request).
     """
 
     def size(self, path: str) -> int: ...

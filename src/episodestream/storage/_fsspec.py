@@ -175,6 +175,24 @@ class FsspecRangeReader:
             raise self._translate(error, where) from error
         return self._checked(data, length, where)
 
+    def read_file(self, path: str, *, max_bytes: int = 512 * 1024 * 1024) -> bytes:
+        """The whole file in one store request; larger than ``max_bytes`` is an error."""
+        fs, full, clean = self._full(path)
+        self._count("reads")
+        where = self._where(clean)
+        try:
+            # One byte more than allowed tells "too large" apart without a size request.
+            data = fs.cat_file(full, start=0, end=max_bytes + 1)
+        except Exception as error:
+            raise self._translate(error, where) from error
+        self._count("requests")
+        self._count("bytes", len(data))
+        if len(data) > max_bytes:
+            raise InvalidResponse(
+                f"{where}: file larger than read_file's max_bytes={max_bytes}; read it by ranges"
+            )
+        return bytes(data)
+
     def _checked(self, data: Any, length: int, where: str) -> bytes:
         self._count("requests")
         if not isinstance(data, bytes | bytearray):

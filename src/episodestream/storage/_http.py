@@ -48,7 +48,7 @@ from episodestream.storage._config import (
 from episodestream.storage._urls import origin_of, redact_url
 from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
 
-__all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
+__all__ = ["DEFAULT_MAX_SKIP_BYTES", "DEFAULT_READ_FILE_MAX_BYTES", "HttpRangeReader"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,8 @@ T = TypeVar("T")
 # bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
 DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
 MAX_REDIRECTS = 5
+# read_file() refuses files larger than this unless told otherwise (metadata, not videos).
+DEFAULT_READ_FILE_MAX_BYTES = 512 * 1024 * 1024
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
 _READ_CHUNK_BYTES = 1024 * 1024
@@ -291,6 +293,25 @@ class HttpRangeReader:
         self._check_bounds(state, offset, length)
         data = self._fetch_split(state, offset, length)
         self._metrics.add("bytes_returned", length)
+        return data
+
+    def read_file(self, path: str, *, max_bytes: int = DEFAULT_READ_FILE_MAX_BYTES) -> bytes:
+        """The whole file at ``path`` in one request (``Range: bytes=0-…``, checked and pinned
+        like any range); a file larger than ``max_bytes`` is an error before its body is read."""
+        state = self._state(normalize_relative_path(path))
+        self._metrics.add("reads")
+        with self._lock:
+            size = state.size
+        if size is None:
+            data = self._fetch(state, 0, max_bytes, to_end=True)
+        elif size > max_bytes:
+            raise InvalidResponse(
+                f"{redact_url(state.url)}: file of {size} bytes is larger than read_file's "
+                f"max_bytes={max_bytes}; read it by ranges"
+            )
+        else:
+            data = self._fetch_split(state, 0, size) if size else b""
+        self._metrics.add("bytes_returned", len(data))
         return data
 
     def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
@@ -588,20 +609,31 @@ class HttpRangeReader:
         """
         self._fetch(state, 0, 1, probe=True)
 
-    def _fetch(self, state: _FileState, offset: int, length: int, *, probe: bool = False) -> bytes:
+    def _fetch(
+        self,
+        state: _FileState,
+        offset: int,
+        length: int,
+        *,
+        probe: bool = False,
+        to_end: bool = False,
+    ) -> bytes:
         """Bytes ``[offset, offset + length)`` of the file over as many exchanges as it takes.
 
         Each body is read straight into a new ``bytes`` (no intermediate buffer), so the common
-        case — one exchange — returns the very object the socket filled.
+        case — one exchange — returns the very object the socket filled. With ``to_end``,
+        ``length`` is only an upper bound: the read stops at the end of the file, and a file
+        larger than ``offset + length`` is an error before its body is read.
         """
         end = offset + length
+        limit = end if to_end else None
         pieces: list[bytes] = []
         done = 0
         attempt = 0
         hops = 0
         reresolved = False
         started = time.monotonic()
-        while done < length:
+        while done < end - offset:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
             start = offset + done
@@ -634,10 +666,12 @@ class HttpRangeReader:
                     self._metrics.add("redirects")
                     continue
                 if status == 206:
-                    received, failure = self._take_partial(state, response, start, end, sent)
+                    received, failure = self._take_partial(state, response, start, end, sent, limit)
                     if received:
                         pieces.append(received)
                         done += len(received)
+                    if to_end:
+                        end = self._clip_to_size(state, end)
                     if failure is None:
                         continue
                     if received:
@@ -646,21 +680,26 @@ class HttpRangeReader:
                         attempt = 0
                     raise failure
                 if status == 200:
+                    if to_end:
+                        self._check_total(state, response, _content_length(response), limit)
                     whole = self._take_whole(state, response, start, end, probe, sent)
                     if probe:
                         return b""
                     pieces.append(whole)
                     done += len(whole)
+                    if to_end:
+                        end = self._clip_to_size(state, end)
                     continue
-                if status == 416 and probe:
+                if status == 416 and (probe or to_end):
                     total = _unsatisfied_total(response.headers.get("Content-Range"))
                     self._read_small_body(response, 64 * 1024)
-                    if total == 0:
-                        self._pin(state, response.headers, 0, start, end)
-                        return b""
+                    if total is not None and total <= start:
+                        # The file ends exactly where we are (an empty file, for a probe).
+                        self._pin(state, response.headers, total, start, end)
+                        break
                     raise InvalidResponse(
-                        f"{redact_url(state.url)}: HTTP 416 for bytes 0-0 of a file that is not "
-                        "empty"
+                        f"{redact_url(state.url)}: HTTP 416 for bytes {start}- of a file of "
+                        f"{total if total is not None else 'unknown'} bytes"
                     )
                 if status == 403 and state.target is not None and not reresolved:
                     # A cached signed URL expired: ask the origin again, once.
@@ -683,6 +722,7 @@ class HttpRangeReader:
         start: int,
         end: int,
         sent: float,
+        limit: int | None = None,
     ) -> tuple[bytes, _Retry | None]:
         """Check a 206 and read its body: (bytes received, failure or None)."""
         where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
@@ -705,6 +745,7 @@ class HttpRangeReader:
         except StaleSourceError:
             self._discard(response)
             raise
+        self._check_total(state, response, total, limit)
         expected = last - first + 1
         declared = response.headers.get("Content-Length")
         if declared is not None and declared.strip() != str(expected):
@@ -772,11 +813,27 @@ class HttpRangeReader:
         if skipped < start:
             self._discard(response)
             raise InvalidResponse(f"{where}: file ends at byte {skipped}")
-        received, failure = self._read_body(response, end - start, where, sent)
+        stop = end if total is None else min(end, total)
+        received, failure = self._read_body(response, stop - start, where, sent)
         self._discard(response)  # the rest of the file is not wanted
         if failure is not None:
             raise failure
         return received
+
+    def _check_total(
+        self, state: _FileState, response: WireResponse, total: int | None, limit: int | None
+    ) -> None:
+        if limit is not None and total is not None and total > limit:
+            self._discard(response)
+            raise InvalidResponse(
+                f"{redact_url(state.url)}: file of {total} bytes is larger than read_file's "
+                f"max_bytes={limit}; read it by ranges"
+            )
+
+    def _clip_to_size(self, state: _FileState, end: int) -> int:
+        with self._lock:
+            size = state.size
+        return end if size is None else min(end, size)
 
     def _read_body(
         self, response: WireResponse, wanted: int, where: str, sent: float
@@ -1000,6 +1057,11 @@ def _if_range(state: _FileState) -> str | None:
     if state.etag and not state.etag.startswith("W/"):
         return state.etag
     return state.last_modified
+
+
+def _content_length(response: WireResponse) -> int | None:
+    declared = response.headers.get("Content-Length")
+    return int(declared) if declared is not None and declared.strip().isdigit() else None
 
 
 def _unsatisfied_total(content_range: str | None) -> int | None:

@@ -94,6 +94,16 @@ class LocalRangeReader:
             self._requests += 1
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def read_file(self, path: str, *, max_bytes: int = 512 * 1024 * 1024) -> bytes:
+        """The whole file; one larger than ``max_bytes`` is an error before it is read."""
+        size = self.size(path)
+        if size > max_bytes:
+            raise InvalidResponse(
+                f"{self._resolve(path)}: file of {size} bytes is larger than read_file's "
+                f"max_bytes={max_bytes}; read it by ranges"
+            )
+        return self.read(path, 0, size) if size else b""
+
     def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
         return [self.read(r.path, r.offset, r.length) for r in requests]
 
