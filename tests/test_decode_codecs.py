@@ -4,6 +4,8 @@ sequential decode by the same backend."""
 
 from __future__ import annotations
 
+import io
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from episodestream.decode import open_decoder
+from episodestream.mp4 import clip_file
 
 WIDTH, HEIGHT, FRAMES = 64, 48, 24
 TIME_BASE = Fraction(1, 15360)
@@ -82,8 +85,6 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 def test_variants_really_have_the_features_named(clips: dict[str, bytes]) -> None:
-    import io
-
     for name, data in clips.items():
         with av.open(io.BytesIO(data)) as container:
             packets = [p for p in container.demux(container.streams.video[0]) if p.size]
@@ -142,3 +143,49 @@ def test_torchcodec_and_pyav_agree(clips: dict[str, bytes], variant: str) -> Non
         open_decoder(clips[variant], backend="pyav") as pa,
     ):
         assert torch.equal(tc.frames_at(tc.frame_times()), pa.frames_at(pa.frame_times()))
+
+
+@pytest.mark.parametrize("variant", ["av1_g2", "h264_bframes"])
+def test_packets_before_the_edit_list_start_are_not_frames(
+    clips: dict[str, bytes], variant: str, tmp_path: Path
+) -> None:
+    """ffmpeg's stream-copy cut at a non-keyframe keeps the packets from the keyframe before,
+    flagged discard by the edit list: they are decoded as references but are not frames."""
+    source, cut = tmp_path / "source.mp4", tmp_path / "cut.mp4"
+    source.write_bytes(clips[variant])
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-ss", "0.1", "-i", str(source), "-c", "copy", str(cut)],
+        check=True,
+        timeout=60,
+    )
+    data = cut.read_bytes()
+    with av.open(io.BytesIO(data)) as container:
+        flags = [p.is_discard for p in container.demux(container.streams.video[0]) if p.size]
+    assert any(flags), "the cut should start with discarded packets"
+    first = round(0.1 * 30)
+    for backend, seek_mode in [("torchcodec", "approximate"), ("pyav", "exact")]:
+        with open_decoder(data, backend=backend, seek_mode=seek_mode) as decoder:
+            times = decoder.frame_times()
+            assert len(times) == FRAMES - first and times[0] == 0.0
+            frames = decoder.frames_at(times[::-1])
+            assert [_read_identity(f) for f in frames] == list(range(FRAMES - 1, first - 1, -1))
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_clips_written_by_the_mp4_layer(
+    clips: dict[str, bytes], variant: str, tmp_path: Path
+) -> None:
+    """Clips cut by episodestream.mp4 (edit list, gaps where unneeded B-frames were left out,
+    a header duration ending at the last frame) decode to the source's frames."""
+    source = tmp_path / "source.mp4"
+    source.write_bytes(clips[variant])
+    for start_s, end_s in [(0.1, 0.3), (0.3, 0.7), (0.5, FRAMES / 30)]:
+        clip = clip_file(source, start_s, end_s)
+        for backend, seek_mode in PATHS:
+            with open_decoder(clip.data, backend=backend, seek_mode=seek_mode) as decoder:
+                times = decoder.frame_times()
+                frames = decoder.frames_at(times[::-1]).flip(0)
+                expected = np.rint((times + clip.time_offset_s) * 30).astype(int)
+                assert [_read_identity(f) for f in frames] == expected.tolist()
+                wanted = np.arange(round(start_s * 30), min(round(end_s * 30), FRAMES - 1) + 1)
+                assert set(wanted) <= set(expected.tolist())

@@ -46,6 +46,12 @@ ClipSource: TypeAlias = bytes | bytearray | memoryview | torch.Tensor | str | os
 
 # how many timestamps a FrameNotFoundError message spells out
 _MAX_REPORTED = 5
+# Memory of an open decoder beyond its encoded bytes, measured with RSS (docs/BENCHMARKS.md,
+# "Decoding"): about 0.5 MiB of FFmpeg/dav1d state plus about four YUV 4:2:0 frames after
+# random access with one thread; each further FFmpeg thread keeps frames of its own in flight.
+_DECODER_FIXED_BYTES = 512 * 1024
+_FRAMES_ONE_THREAD = 4
+_FRAMES_PER_EXTRA_THREAD = 2
 
 
 @runtime_checkable
@@ -181,18 +187,19 @@ def validate_frame_times(frame_times_s: Sequence[float] | np.ndarray, name: str)
     return times
 
 
-def probe_points(frame_times_s: np.ndarray) -> np.ndarray:
+def probe_points(frame_times_s: np.ndarray, *, end_s: float | None = None) -> np.ndarray:
     """A time inside each frame's display interval, clear of float rounding at its start.
 
     Time-based seeking returns the frame displayed at a time; asking at a frame's exact pts
-    may round to the previous tick, so ask halfway to the next frame (the last frame: half the
-    smallest frame interval after it).
+    may round to the previous tick, so ask halfway to the next frame. The last frame: half the
+    smallest frame interval after it, kept below ``end_s`` (the stream's end, which
+    torchcodec will not seek past) when that lies after the last frame.
     """
-    if len(frame_times_s) == 1:
-        return frame_times_s + 1e-6
     gaps = np.diff(frame_times_s)
-    half = np.append(gaps, gaps.min()) / 2
-    return frame_times_s + half
+    last_half = float(gaps.min()) / 2 if gaps.size else 1e-6
+    if end_s is not None and end_s > frame_times_s[-1]:
+        last_half = min(last_half, (end_s - float(frame_times_s[-1])) / 2)
+    return frame_times_s + np.append(gaps / 2, last_half)
 
 
 class UseGuard:
@@ -244,6 +251,13 @@ def source_nbytes(source: ClipSource) -> int:
         return os.stat(source).st_size
     except OSError:
         return 0
+
+
+def estimate_decoder_bytes(encoded_bytes: int, width: int, height: int, threads: int) -> int:
+    """Approximate memory of an open decoder holding ``encoded_bytes`` of clip data."""
+    effective = threads if threads > 0 else (os.cpu_count() or 1)
+    frames = _FRAMES_ONE_THREAD + _FRAMES_PER_EXTRA_THREAD * (effective - 1)
+    return encoded_bytes + _DECODER_FIXED_BYTES + frames * (width * height * 3 // 2)
 
 
 def check_source(source: ClipSource, name: str) -> None:

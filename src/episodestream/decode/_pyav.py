@@ -18,6 +18,7 @@ from episodestream.decode._base import (
     ClipSource,
     UseGuard,
     check_source,
+    estimate_decoder_bytes,
     log_open,
     nearest_frame_indices,
     source_label,
@@ -33,9 +34,6 @@ __all__ = ["PyAVDecoder", "demux_frame_times"]
 
 _LOG = logging.getLogger(__name__)
 
-# A decoder keeps about this many frames of YUV 4:2:0 state (AV1 has 8 reference slots, plus
-# the frame being built and the one handed out); used only for the nbytes estimate.
-_STATE_FRAMES = 10
 # how long close() waits for a call in progress on another thread
 _CLOSE_WAIT_S = 30.0
 # relative slack when comparing a frame's time with the time it was asked for
@@ -73,7 +71,8 @@ def demux_frame_times(source: ClipSource, *, name: str | None = None) -> np.ndar
     try:
         with _open_container(source) as container:
             stream = _video_stream(container, label)
-            pts = [p.pts for p in container.demux(stream) if p.pts is not None]
+            # packets flagged discard (before an edit list's start) are decoded, never shown
+            pts = [p.pts for p in container.demux(stream) if p.pts is not None and not p.is_discard]
             time_base = float(stream.time_base)
     except EpisodeStreamError:
         raise
@@ -141,9 +140,9 @@ class PyAVDecoder:
                     f"{self._name}: the frame times given ({len(expected)}) do not match the "
                     f"clip's own ({len(self._times)} frames)"
                 )
-        self._nbytes = (
-            2 * source_nbytes(source) + _STATE_FRAMES * self._width * self._height * 3 // 2
-        )
+        # the packets hold a copy of the payload; a bytes clip is also held by the reader
+        held = source_nbytes(source) * (1 if isinstance(source, str | os.PathLike) else 2)
+        self._nbytes = estimate_decoder_bytes(held, self._width, self._height, threads)
         log_open(self.backend, self._name, len(self._times), self._width, self._height)
 
     def _open(self, source: ClipSource, threads: int) -> None:
@@ -160,17 +159,21 @@ class PyAVDecoder:
         self._packets = packets  # decode order
         pts = np.asarray([p.pts for p in packets], dtype=np.int64)
         keyframe = np.asarray([p.is_keyframe for p in packets], dtype=bool)
-        order = np.argsort(pts, kind="stable")  # presentation order -> decode position
+        # packets flagged discard (before an edit list's start) are decoded, never shown
+        shown = np.flatnonzero([not p.is_discard for p in packets])
+        if shown.size == 0:
+            raise DecodeError(f"{self._name}: the clip's video stream shows no frames")
+        order = shown[np.argsort(pts[shown], kind="stable")]  # presentation -> decode position
         self._pts = pts[order]
         self._decode_pos = order
         self._times = validate_frame_times(self._pts * self._time_base, self._name)
         # For each frame: the decode position to start from. The last keyframe at or before the
         # frame in decode order that is not presented after it (an open GOP's leading frames
         # need the previous GOP).
-        self._start_pos = np.empty(len(packets), dtype=np.int64)
         key_positions = np.flatnonzero(keyframe)
         if key_positions.size == 0 or key_positions[0] != 0:
             raise DecodeError(f"{self._name}: the clip does not start with a keyframe")
+        self._start_pos = np.empty(len(order), dtype=np.int64)
         for j, pos in enumerate(order):
             candidates = key_positions[key_positions <= pos]
             usable = candidates[pts[candidates] <= pts[pos]]

@@ -21,6 +21,7 @@ from episodestream.decode._base import (
     SeekMode,
     UseGuard,
     check_source,
+    estimate_decoder_bytes,
     log_open,
     nearest_frame_indices,
     probe_points,
@@ -35,8 +36,6 @@ __all__ = ["TorchcodecDecoder", "torchcodec_unavailable_reason"]
 
 _LOG = logging.getLogger(__name__)
 
-# see _pyav._STATE_FRAMES: frames of YUV 4:2:0 decoder state counted in nbytes
-_STATE_FRAMES = 10
 _CLOSE_WAIT_S = 30.0
 # a returned frame's pts may differ from the one asked for by float rounding only
 _PTS_SLACK_S = 1e-6
@@ -130,7 +129,6 @@ class TorchcodecDecoder:
             self._times = validate_frame_times(frame_times_s, self._name)
         else:
             self._times = demux_frame_times(source, name=self._name)
-        self._probe = probe_points(self._times)
         if isinstance(source, str | os.PathLike):
             self._source = os.fspath(source)
         else:
@@ -144,7 +142,10 @@ class TorchcodecDecoder:
         meta = self._decoder.metadata
         self._width = int(meta.width)
         self._height = int(meta.height)
-        self._nbytes = source_nbytes(source) + _STATE_FRAMES * self._width * self._height * 3 // 2
+        self._probe = probe_points(self._times, end_s=meta.end_stream_seconds)
+        # torchcodec reads a bytes clip in place; a path is read through FFmpeg's small buffer
+        held = 0 if isinstance(source, str | os.PathLike) else source_nbytes(source)
+        self._nbytes = estimate_decoder_bytes(held, self._width, self._height, threads)
         self._guard = UseGuard(self._name)
         self._closed = False
         log_open(self.backend, self._name, len(self._times), self._width, self._height)
@@ -219,17 +220,10 @@ class TorchcodecDecoder:
                     (0, 3, self._height, self._width), dtype=torch.uint8, device=self._device
                 )
             unique, inverse = np.unique(index, return_inverse=True)
-            batch = self._get_frames(unique)
-            if not self._times_match(batch, unique) and self._seek_mode == "approximate":
-                # Seeking by time can land on an open GOP's keyframe whose leading frames the
-                # decoder then drops; torchcodec's exact mode seeks by its own frame index.
-                _LOG.info(
-                    "%s: approximate seek returned the wrong frame; reopening in exact mode",
-                    self._name,
-                )
-                self._decoder = self._open_video_decoder("exact")
-                self._seek_mode = "exact"
+            if self._seek_mode == "exact":
                 batch = self._get_frames(unique)
+            else:
+                batch = self._get_frames_by_time(unique)
         if not self._times_match(batch, unique):
             got = batch.pts_seconds.cpu().numpy()
             raise DecodeError(
@@ -242,11 +236,27 @@ class TorchcodecDecoder:
             frames = frames[torch.from_numpy(inverse).to(frames.device)]
         return frames
 
+    def _get_frames_by_time(self, unique: np.ndarray) -> Any:
+        """Approximate mode: ask for each frame by a time inside its display interval. Seeking
+        by time can land on an open GOP's keyframe whose leading frames the decoder then drops,
+        and a header duration that ends before the last frame refuses times beyond it; either
+        way, switch this decoder to exact mode (torchcodec's own frame index) and ask again."""
+        try:
+            batch = self._decoder.get_frames_played_at(seconds=self._probe[unique].tolist())
+        except (RuntimeError, ValueError, IndexError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if self._times_match(batch, unique):
+                return batch
+            reason = "a seek by time returned another frame"
+        _LOG.info("%s: %s; reopening in exact seek mode", self._name, reason)
+        self._decoder = self._open_video_decoder("exact")
+        self._seek_mode = "exact"
+        return self._get_frames(unique)
+
     def _get_frames(self, unique: np.ndarray) -> Any:
         try:
-            if self._seek_mode == "exact":
-                return self._decoder.get_frames_at(indices=unique.tolist())
-            return self._decoder.get_frames_played_at(seconds=self._probe[unique].tolist())
+            return self._decoder.get_frames_at(indices=unique.tolist())
         except (RuntimeError, ValueError, IndexError) as exc:
             raise DecodeError(
                 f"{self._name}: torchcodec failed to decode frames at "
