@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,14 +82,49 @@ def _first_probe(frames: int, size: int) -> int:
     return int(min(max(want, _MIN_FIRST_PROBE), _MAX_FIRST_PROBE, max(size, 1)))
 
 
-def _index_file(reader: RangeReader, path: str, frames: int) -> tuple[FileInfo, TrackIndex]:
+_PLAN_FIELDS = (
+    "sample_start",
+    "sample_end",
+    "byte_start",
+    "byte_end",
+    "first_pts_s",
+    "last_pts_s",
+    "time_offset_s",
+    "frame_count",
+)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _FileJob:
+    """One source file and the episodes (rows of one camera column) it holds."""
+
+    path: str
+    camera: str
+    column: int
+    rows: np.ndarray
+    episodes: np.ndarray
+    lengths: np.ndarray
+    t0: np.ndarray  # span bounds, seconds in the file
+    t1: np.ndarray
+
+    @property
+    def frames(self) -> int:
+        return int(self.lengths.sum())
+
+
+def _index_file(
+    reader: RangeReader, job: _FileJob
+) -> tuple[FileInfo, TrackIndex, dict[str, np.ndarray]]:
+    """Read one file's moov and plan every episode it holds (in the worker thread, so the
+    planning of one file overlaps the network waits of the others)."""
+    path = job.path
     try:
         info = source_info(reader, path)
         size = info.size
         location = locate_moov(
             lambda offset, length: reader.read(path, offset, length),
             size,
-            first_probe=_first_probe(frames, size),
+            first_probe=_first_probe(job.frames, size),
         )
         track = parse_moov(location.moov, file_offset=location.offset)
     except NotFound as error:
@@ -97,40 +133,67 @@ def _index_file(reader: RangeReader, path: str, frames: int) -> tuple[FileInfo, 
         raise ManifestError(f"{path}: cannot index: {error}") from error
     if track.num_samples == 0:
         raise ManifestError(f"{path}: the video track has no samples")
-    return info, track
+    plans = {name: np.zeros(len(job.rows), dtype=SPAN_FIELDS[name]) for name in _PLAN_FIELDS}
+    for i in range(len(job.rows)):
+        t0, t1 = float(job.t0[i]), float(job.t1[i])
+        episode, length = int(job.episodes[i]), int(job.lengths[i])
+        try:
+            plan = plan_span(track, t0, t1)
+        except (Mp4FormatError, UnsupportedMp4Error, ValueError, LookupError) as error:
+            raise ManifestError(
+                f"episode {episode} camera {job.camera!r} ({path}): cannot plan span "
+                f"[{t0:.6f}, {t1:.6f}] s: {error}"
+            ) from error
+        if plan.frame_count != length:
+            raise ManifestError(
+                f"episode {episode} camera {job.camera!r}: {path} presents "
+                f"{plan.frame_count} frames in [{t0:.6f}, {t1:.6f}] s but the episode has "
+                f"{length}"
+            )
+        for name in _PLAN_FIELDS:
+            plans[name][i] = getattr(plan, name)
+    return info, track, plans
 
 
-def _file_table(meta: DatasetMeta) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    """Distinct source files (path, camera), each episode's file id per camera, frames/file."""
+def _file_jobs(meta: DatasetMeta) -> tuple[list[_FileJob], np.ndarray]:
+    """Distinct source files with their episodes, and each episode's file id per camera."""
     table = meta.episodes
-    paths: list[str] = []
-    cameras: list[str] = []
+    jobs: list[_FileJob] = []
     file_ids = np.empty((len(table), len(meta.video_keys)), dtype=np.int32)
+    half_frame = _SPAN_END_FRAMES / meta.fps
     for c, key in enumerate(meta.video_keys):
         columns = table.video(key)
         pairs = np.stack([columns.chunk_index, columns.file_index], axis=1)
         unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
-        file_ids[:, c] = len(paths) + inverse.reshape(-1)
-        for chunk, file in unique.tolist():
-            paths.append(meta.video_file_path(key, chunk, file))
-            cameras.append(key)
-    frames = np.bincount(
-        file_ids.reshape(-1),
-        weights=np.repeat(table.length, len(meta.video_keys)),
-        minlength=len(paths),
-    ).astype(np.int64)
-    return paths, cameras, file_ids, frames
+        inverse = inverse.reshape(-1)
+        file_ids[:, c] = len(jobs) + inverse
+        order = np.argsort(inverse, kind="stable")
+        groups = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(unique)))[:-1])
+        for (chunk, file), rows in zip(unique.tolist(), groups, strict=True):
+            jobs.append(
+                _FileJob(
+                    path=meta.video_file_path(key, chunk, file),
+                    camera=key,
+                    column=c,
+                    rows=rows,
+                    episodes=table.episode_index[rows],
+                    lengths=table.length[rows],
+                    t0=columns.from_timestamp[rows],
+                    t1=columns.to_timestamp[rows] - half_frame,
+                )
+            )
+    return jobs, file_ids
 
 
 def _index_files(
     reader: RangeReader,
-    paths: list[str],
-    frames: np.ndarray,
+    jobs: list[_FileJob],
     *,
     workers: int,
     progress: bool,
     timeout_s: float,
-) -> list[tuple[FileInfo, TrackIndex]]:
+) -> list[tuple[FileInfo, TrackIndex, dict[str, np.ndarray]]]:
+    paths = [job.path for job in jobs]
     results: list[Any] = [None] * len(paths)
     show = progress and sys.stderr.isatty()
     bar = tqdm(total=len(paths), desc="indexing videos", unit="file", disable=not show)
@@ -138,8 +201,8 @@ def _index_files(
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-index")
     futures: dict[Future[Any], int] = {}
     try:
-        for i, path in enumerate(paths):
-            futures[pool.submit(_index_file, reader, path, int(frames[i]))] = i
+        for i, job in enumerate(jobs):
+            futures[pool.submit(_index_file, reader, job)] = i
         deadline = time.monotonic() + timeout_s
         pending = set(futures)
         while pending:
@@ -200,54 +263,29 @@ def build_manifest(
         StorageError: the store failed.
     """
     started = time.monotonic()
-    paths, cameras, file_ids, frames = _file_table(meta)
+    jobs, file_ids = _file_jobs(meta)
     before = reader.metrics()
-    indexed = _index_files(
-        reader, paths, frames, workers=workers, progress=progress, timeout_s=timeout_s
-    )
-    tracks = [track for _, track in indexed]
-    for camera, path, track in zip(cameras, paths, tracks, strict=True):
-        _check_codec(meta, camera, path, track)
+    results = _index_files(reader, jobs, workers=workers, progress=progress, timeout_s=timeout_s)
+    for job, (_, track, _) in zip(jobs, results, strict=True):
+        _check_codec(meta, job.camera, job.path, track)
 
     table = meta.episodes
     shape = file_ids.shape
     arrays = {name: np.zeros(shape, dtype=dtype) for name, dtype in SPAN_FIELDS.items()}
     arrays["file_id"] = file_ids
-    half_frame = _SPAN_END_FRAMES / meta.fps
     for c, camera in enumerate(meta.video_keys):
         columns = table.video(camera)
         arrays["from_timestamp_s"][:, c] = columns.from_timestamp
         arrays["to_timestamp_s"][:, c] = columns.to_timestamp
-        for r in range(len(table)):
-            track = tracks[file_ids[r, c]]
-            t0 = float(columns.from_timestamp[r])
-            t1 = float(columns.to_timestamp[r]) - half_frame
-            episode = int(table.episode_index[r])
-            try:
-                plan = plan_span(track, t0, t1)
-            except (Mp4FormatError, UnsupportedMp4Error, ValueError) as error:
-                raise ManifestError(
-                    f"episode {episode} camera {camera!r} ({paths[file_ids[r, c]]}): cannot plan "
-                    f"span [{t0:.6f}, {t1:.6f}] s: {error}"
-                ) from error
-            length = int(table.length[r])
-            if plan.frame_count != length:
-                raise ManifestError(
-                    f"episode {episode} camera {camera!r}: {paths[file_ids[r, c]]} presents "
-                    f"{plan.frame_count} frames in [{t0:.6f}, {t1:.6f}] s but the episode has "
-                    f"{length}"
-                )
-            arrays["sample_start"][r, c] = plan.sample_start
-            arrays["sample_end"][r, c] = plan.sample_end
-            arrays["byte_start"][r, c] = plan.byte_start
-            arrays["byte_end"][r, c] = plan.byte_end
-            arrays["first_pts_s"][r, c] = plan.first_pts_s
-            arrays["last_pts_s"][r, c] = plan.last_pts_s
-            arrays["time_offset_s"][r, c] = plan.time_offset_s
-            arrays["frame_count"][r, c] = plan.frame_count
+    for job, (_, _, plans) in zip(jobs, results, strict=True):
+        for name, values in plans.items():
+            arrays[name][job.rows, job.column] = values
     for array in arrays.values():
         array.flags.writeable = False
 
+    paths = [job.path for job in jobs]
+    cameras = [job.camera for job in jobs]
+    indexed = [(info, track) for info, track, _ in results]
     files, samples = assemble_tracks(paths, cameras, indexed)
     after = reader.metrics()
     stats = BuildStats(
