@@ -303,3 +303,19 @@ def test_racing_processes_build_one_sidecar(lerobot_fixture_root: Path, tmp_path
     path = Path(paths.pop())
     assert load_sidecar(path).num_samples == outcomes[0][2]
     assert sorted(p.name for p in path.parent.iterdir()) == ["index.arrow", "index.arrow.lock"]
+
+
+def test_big_published_sidecar_is_judged_by_its_header(sim5_copy: Path, tmp_path: Path) -> None:
+    from episodestream.bench._manifest_bench import synthesize_manifest
+
+    foreign = synthesize_manifest(episodes=300, episodes_per_file=100)  # ~11 MB
+    path = write_sidecar(foreign, sim5_copy / PUBLISHED_SIDECAR_PATH)
+    assert path.stat().st_size > 8 << 20
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        before = reader.metrics()["bytes"]
+        with pytest.raises(ManifestError, match=r"published: .*total_episodes is 300"):
+            open_manifest(reader, meta, cache_dir=tmp_path, build=False)
+        assert reader.metrics()["bytes"] - before < 64 << 10  # footer only, never the file
+        status = {s.where: s for s in sidecar_status(reader, meta, cache_dir=tmp_path)}
+        assert status["published"].state == "stale"

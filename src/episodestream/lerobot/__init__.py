@@ -8,6 +8,7 @@ from episodestream.lerobot._meta import (
     VideoColumns,
     load_dataset_meta,
 )
+from episodestream.lerobot._rangefile import RangeFile, open_arrow_file
 from episodestream.lerobot._rows import DEFAULT_ROW_CACHE_BYTES, EpisodeRowReader
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "EpisodeTable",
     "Feature",
     "FeatureKind",
+    "RangeFile",
     "VideoColumns",
     "load_dataset_meta",
+    "open_arrow_file",
 ]

@@ -17,8 +17,7 @@ import filelock
 import pyarrow as pa
 
 from episodestream.errors import ManifestError, NotFound
-from episodestream.lerobot import DatasetMeta
-from episodestream.lerobot._rangefile import open_arrow_file
+from episodestream.lerobot import DatasetMeta, open_arrow_file
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
 from episodestream.manifest._sidecar import load_sidecar, read_sidecar_header, write_sidecar
