@@ -29,16 +29,18 @@ _LANGUAGE_UND = 0x55C4  # ISO-639-2 'und' packed as three 5-bit letters
 _Part = "bytes | np.ndarray | _Node"
 
 
-@dataclass(frozen=True, slots=True)
 class _Node:
-    fourcc: bytes
-    parts: tuple  # tuple[_Part, ...]
+    """A box: fourcc and parts; its size is computed once, from parts built before it."""
 
-    def size(self) -> int:
-        return 8 + sum(_part_size(p) for p in self.parts)
+    __slots__ = ("fourcc", "parts", "size")
+
+    def __init__(self, fourcc: bytes, parts: tuple) -> None:
+        self.fourcc = fourcc
+        self.parts = parts  # tuple[_Part, ...]
+        self.size = 8 + sum(_part_size(p) for p in parts)
 
     def write(self, out: list[bytes]) -> None:
-        out.append(struct.pack(">I4s", self.size(), self.fourcc))
+        out.append(struct.pack(">I4s", self.size, self.fourcc))
         for p in self.parts:
             if isinstance(p, _Node):
                 p.write(out)
@@ -50,7 +52,7 @@ class _Node:
 
 def _part_size(p: object) -> int:
     if isinstance(p, _Node):
-        return p.size()
+        return p.size
     if isinstance(p, np.ndarray):
         return int(p.nbytes)
     return len(p)  # type: ignore[arg-type]
@@ -214,7 +216,7 @@ def _layout(
     for _ in range(2):
         placeholder = np.zeros(relative_offsets.shape[0], dtype=np.int64)
         moov = _moov(tables, placeholder, co64=co64)
-        base = ftyp.size() + moov.size() + len(mdat_header)
+        base = ftyp.size + moov.size + len(mdat_header)
         last = base + (int(relative_offsets.max()) if relative_offsets.shape[0] else 0)
         if last > _U32_MAX and not co64:
             co64 = True  # 8-byte offsets grow moov, which only pushes offsets further up
@@ -294,7 +296,7 @@ def clip_size(index: TrackIndex, plan: SpanPlan) -> int:
     """Exact byte size of ``write_clip(index, plan, payload)``, without the payload."""
     tables, relative = _clip_tables(index, plan)
     ftyp, moov, mdat_header = _layout(tables, relative, plan.byte_length)
-    return ftyp.size() + moov.size() + len(mdat_header) + plan.byte_length
+    return ftyp.size + moov.size + len(mdat_header) + plan.byte_length
 
 
 def write_clip(index: TrackIndex, plan: SpanPlan, payload: bytes | memoryview) -> bytes:
