@@ -20,7 +20,7 @@ __all__ = [
 DEFAULT_FIRST_PROBE_BYTES = 65536
 #: Largest later read: a moov after the mdat usually runs to the end of the file, so the
 #: read at the next box header takes up to this much and catches the whole moov at once.
-DEFAULT_TAIL_PROBE_BYTES = 1 << 20
+DEFAULT_TAIL_PROBE_BYTES = 4 << 20
 #: Top-level boxes walked before giving up (a real file has a handful).
 MAX_TOP_LEVEL_BOXES = 4096
 _MIN_PROBE_BYTES = 16  # one 64-bit box header
