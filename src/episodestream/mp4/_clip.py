@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from episodestream.errors import Mp4FormatError, UnsupportedMp4Error
-from episodestream.mp4._index import TrackIndex
+from episodestream.mp4._index import TrackIndex, last_sample_duration
 from episodestream.mp4._plan import SpanPlan, clip_samples
 
 __all__ = ["clip_header", "clip_size", "write_clip"]
@@ -26,7 +26,6 @@ _LANGUAGE_UND = 0x55C4  # ISO-639-2 'und' packed as three 5-bit letters
 
 # A box tree: (fourcc, parts) where a part is bytes, a big-endian numpy array or a subtree.
 # Sizes come from the same tree that is serialized, so clip_size and write_clip agree.
-_Part = "bytes | np.ndarray | _Node"
 
 
 class _Node:
@@ -36,7 +35,7 @@ class _Node:
 
     def __init__(self, fourcc: bytes, parts: tuple) -> None:
         self.fourcc = fourcc
-        self.parts = parts  # tuple[_Part, ...]
+        self.parts = parts  # bytes, big-endian numpy arrays or _Nodes
         self.size = 8 + sum(_part_size(p) for p in parts)
 
     def write(self, out: list[bytes]) -> None:
@@ -108,8 +107,7 @@ def _moov(
     long_times = max(media_duration, movie_duration) > _U32_MAX
     v = 1 if long_times else 0
 
-    def times(duration: int) -> bytes:
-        return struct.pack(">QQ", 0, 0) if v else struct.pack(">II", 0, 0)
+    times = bytes(16 if v else 8)  # creation and modification times, left at 0
 
     def dur(d: int) -> bytes:
         return struct.pack(">Q" if v else ">I", d)
@@ -118,7 +116,7 @@ def _moov(
         b"mvhd",
         v,
         0,
-        times(0),
+        times,
         struct.pack(">I", t.timescale),
         dur(movie_duration),
         struct.pack(">IH", 0x10000, 0x100),
@@ -131,7 +129,7 @@ def _moov(
         b"tkhd",
         v,
         3,
-        times(0),
+        times,
         struct.pack(">II", 1, 0),
         dur(movie_duration),
         bytes(8),
@@ -152,7 +150,7 @@ def _moov(
         b"mdhd",
         v,
         0,
-        times(0),
+        times,
         struct.pack(">I", t.timescale),
         dur(media_duration),
         struct.pack(">HH", _LANGUAGE_UND, 0),
@@ -183,7 +181,7 @@ def _moov(
             0,
             0,
             struct.pack(">I", chunk_offsets.shape[0]),
-            chunk_offsets.astype(">u8" if co64 else ">u4"),
+            _as_dtype(chunk_offsets, ">u8" if co64 else ">u4"),
         )
     )
     stbl = _Node(b"stbl", tuple(stbl_parts))
@@ -191,6 +189,11 @@ def _moov(
     mdia = _Node(b"mdia", (mdhd, hdlr, minf))
     trak = _Node(b"trak", (tkhd, edts, mdia))
     return _Node(b"moov", (mvhd, trak))
+
+
+def _as_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values`` itself when already of ``dtype`` (so a caller may fill it in later)."""
+    return values if values.dtype == np.dtype(dtype) else values.astype(dtype)
 
 
 def _ftyp(codec: str) -> _Node:
@@ -212,17 +215,19 @@ def _layout(
     """(ftyp, moov, mdat header) with chunk offsets rebased past the header."""
     ftyp = _ftyp(tables.codec)
     mdat_header = _mdat_header(payload_length)
-    co64 = False
-    for _ in range(2):
-        placeholder = np.zeros(relative_offsets.shape[0], dtype=np.int64)
-        moov = _moov(tables, placeholder, co64=co64)
+    n = relative_offsets.shape[0]
+    highest = int(relative_offsets.max()) if n else 0
+    # The moov's size does not depend on the offset values, only on their width: build it
+    # once around an empty table, then fill the table in place.
+    offsets = np.empty(n, dtype=">u4")
+    moov = _moov(tables, offsets, co64=False)
+    base = ftyp.size + moov.size + len(mdat_header)
+    if base + highest > _U32_MAX:
+        offsets = np.empty(n, dtype=">u8")  # 8-byte offsets: moov grows, offsets only rise
+        moov = _moov(tables, offsets, co64=True)
         base = ftyp.size + moov.size + len(mdat_header)
-        last = base + (int(relative_offsets.max()) if relative_offsets.shape[0] else 0)
-        if last > _U32_MAX and not co64:
-            co64 = True  # 8-byte offsets grow moov, which only pushes offsets further up
-            continue
-        return ftyp, _moov(tables, relative_offsets + base, co64=co64), mdat_header
-    raise AssertionError("unreachable")  # pragma: no cover
+    offsets[:] = relative_offsets + base
+    return ftyp, moov, mdat_header
 
 
 def _clip_tables(index: TrackIndex, plan: SpanPlan) -> tuple[_Tables, np.ndarray]:
@@ -244,7 +249,7 @@ def _clip_tables(index: TrackIndex, plan: SpanPlan) -> tuple[_Tables, np.ndarray
     if last + 1 < index.num_samples:
         durations[-1] = int(index.dts[last + 1]) - int(index.dts[last])
     else:
-        durations[-1] = int(index.sample_durations()[-1])
+        durations[-1] = last_sample_duration(index)
     cts = index.cts_offset[kept].astype(np.int64)
     # The first kept sample presents first (clip_samples drops earlier-presented leading
     # pictures), so its composition time is the clip's earliest: start the edit there and

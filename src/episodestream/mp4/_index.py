@@ -66,11 +66,18 @@ class TrackIndex:
         if n == 0:
             return out
         out[:-1] = np.diff(self.dts)
-        last = self.duration - int(self.dts[-1])
-        if last <= 0:
-            last = int(out[-2]) if n > 1 and out[-2] > 0 else 1
-        out[-1] = last
+        out[-1] = last_sample_duration(self)
         return out
+
+
+def last_sample_duration(index: TrackIndex) -> int:
+    """The last sample's duration: what the media duration leaves after its decode time,
+    else the step before it, else 1 tick (stts itself does not survive in the index)."""
+    n = index.num_samples
+    last = index.duration - int(index.dts[-1])
+    if last <= 0 and n > 1:
+        last = int(index.dts[-1]) - int(index.dts[-2])
+    return last if last > 0 else 1
 
 
 def parse_moov(
