@@ -24,7 +24,7 @@ class Clip:
     data: bytes
     time_offset_s: float
     plan: SpanPlan
-    index: TrackIndex  # the source track's index the plan was made on
+    index: TrackIndex | None = None  # the source track's index the plan was made on
 
 
 def clip_file(
