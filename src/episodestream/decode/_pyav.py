@@ -93,9 +93,9 @@ class PyAVDecoder:
     """Decodes a clip with PyAV (FFmpeg through Cython), converting to RGB with ``rgb24``.
 
     The clip is demuxed once when opened; its packets stay in memory, so a frame is decoded by
-    feeding packets from the nearest usable keyframe, without seeking in the container. On
-    lerobot_sim5 (128x96 AV1) its frames equal torchcodec's bit for bit; see docs/BENCHMARKS.md
-    for the comparison at 640x360.
+    feeding packets from the nearest usable keyframe, without seeking in the container. Its
+    RGB frames equal torchcodec's bit for bit on every clip measured (AV1 128x96 and 640x360,
+    H.264, HEVC; docs/BENCHMARKS.md, "Decoding").
 
     Args:
         source: the clip's encoded bytes (or a local path).
@@ -173,11 +173,12 @@ class PyAVDecoder:
         key_positions = np.flatnonzero(keyframe)
         if key_positions.size == 0 or key_positions[0] != 0:
             raise DecodeError(f"{self._name}: the clip does not start with a keyframe")
-        self._start_pos = np.empty(len(order), dtype=np.int64)
-        for j, pos in enumerate(order):
-            candidates = key_positions[key_positions <= pos]
-            usable = candidates[pts[candidates] <= pts[pos]]
-            self._start_pos[j] = usable[-1] if usable.size else candidates[0]
+        start = key_positions[np.searchsorted(key_positions, order, side="right") - 1]
+        for j in np.flatnonzero(pts[start] > pts[order]):  # leading frames of open GOPs only
+            candidates = key_positions[key_positions <= order[j]]
+            usable = candidates[pts[candidates] <= pts[order[j]]]
+            start[j] = usable[-1] if usable.size else candidates[0]
+        self._start_pos = start
         self._width = int(ctx.width)
         self._height = int(ctx.height)
         # decoding state: packets [run_start, next_pos) have been sent since the last flush

@@ -92,8 +92,11 @@ class TorchcodecDecoder:
             or a local path.
         device: "cpu" or "cuda[:N]" (NVDEC through torchcodec; DecodeError if unavailable).
         threads: FFmpeg decode threads for CPU decoding (0 lets FFmpeg choose).
-        seek_mode: "approximate" opens without torchcodec's scan and seeks by time; "exact"
-            scans the clip and seeks by frame index. Both return the same frames.
+        seek_mode: "approximate" (default) opens without torchcodec's scan and asks for each
+            frame by a time inside its display interval; if that fails or returns another
+            frame (an open GOP's leading frames), the decoder reopens itself in "exact" mode,
+            which scans the clip and asks by frame index. Exact mode mis-indexes clips whose
+            first packets an edit list discards (torchcodec 0.13), which approximate handles.
         name: label used in error messages.
         frame_times_s: the clip's frame times if already known (e.g. from the manifest),
             skipping the header read; must be the clip's true presentation times.
