@@ -16,7 +16,7 @@ from typing import Literal
 import filelock
 import pyarrow as pa
 
-from episodestream.errors import ManifestError, NotFound
+from episodestream.errors import ManifestError, NotFound, StorageError
 from episodestream.lerobot import DatasetMeta, open_arrow_file
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
@@ -116,6 +116,23 @@ def _try_load(
     return manifest, ""
 
 
+def _published_header_mismatch(
+    reader: RangeReader, size: int, expected: DatasetIdentity
+) -> str | None:
+    """For a big published sidecar, why its footer's identity is not this dataset's.
+
+    Small ones (one request to fetch whole) are checked after download instead.
+    """
+    if size <= _HEADER_CHECK_MIN_BYTES:
+        return None
+    where = f"{PUBLISHED_SIDECAR_PATH} (published)"
+    identity = read_sidecar_header(
+        open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=where
+    )
+    reason = identity.mismatch(expected)
+    return None if reason is None else f"{where}: {reason}"
+
+
 def _fetch_published(
     reader: RangeReader, destination: Path, expected: DatasetIdentity
 ) -> tuple[bool, str]:
@@ -125,14 +142,9 @@ def _fetch_published(
     except NotFound:
         return False, "absent"
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
-    if size > _HEADER_CHECK_MIN_BYTES:
-        # big: check the identity in the footer's schema before fetching the whole file
-        identity = read_sidecar_header(
-            open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=where
-        )
-        reason = identity.mismatch(expected)
-        if reason is not None:
-            return False, f"{where}: {reason}"
+    reason = _published_header_mismatch(reader, size, expected)
+    if reason is not None:
+        return False, reason
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(
         prefix=f".{destination.name}.", suffix=".download", dir=destination.parent
@@ -257,6 +269,8 @@ def open_manifest(
                 "no usable sidecar and building is disabled: " + "; ".join(refused)
             ) from None
         except OSError as error:
+            if isinstance(error, StorageError):  # NotFound / StorageTimeout are OSErrors too
+                raise
             logger.warning(
                 "sidecar cache %s is not writable (%s); working in memory", cache_path.parent, error
             )
@@ -267,8 +281,11 @@ def open_manifest(
         except NotFound:
             refused.append("published: absent")
         else:
-            data = reader.read(PUBLISHED_SIDECAR_PATH, 0, size)
+            reason = _published_header_mismatch(reader, size, expected)
             try:
+                if reason is not None:
+                    raise ManifestError(reason)
+                data = reader.read(PUBLISHED_SIDECAR_PATH, 0, size)
                 manifest = load_sidecar(pa.py_buffer(data), expect=expected, origin="published")
             except ManifestError as error:
                 refused.append(f"published: {error}")
