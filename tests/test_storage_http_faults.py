@@ -293,3 +293,20 @@ def test_read_file_is_one_request_and_copes_with_odd_servers(fault_server):
         fault_server.inject(PATH, Fault(kind, after_bytes=4321))  # type: ignore[arg-type]
         with _reader(fault_server) as reader:
             assert reader.read_file(PATH) == DATA, kind
+
+
+def test_redirects_are_followed_cached_and_bounded(served):
+    served.put("moved/elsewhere.mp4", DATA)
+    served.inject(PATH, Fault("redirect", location="/moved/elsewhere.mp4"))
+    with _reader(served, token="tok") as reader:
+        assert reader.read(PATH, 0, 100) == DATA[:100]
+        assert reader.read(PATH, 100, 100) == DATA[100:200]
+    assert len(served.requests_for(PATH)) == 1  # the target was cached
+    moved = served.requests_for("moved/elsewhere.mp4")
+    assert len(moved) == 2 and all(r.header("Authorization") == "Bearer tok" for r in moved)
+    served.inject(PATH, Fault("redirect", location="ftp://127.0.0.1/x"))
+    with _reader(served) as reader, pytest.raises(InvalidResponse, match="non-HTTP"):
+        reader.read(PATH, 0, 1)
+    served.inject(PATH, *[Fault("redirect", location="/" + PATH)] * 10)
+    with _reader(served) as reader, pytest.raises(InvalidResponse, match="too many redirects"):
+        reader.read(PATH, 0, 1)

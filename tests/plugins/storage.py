@@ -58,7 +58,8 @@ class Fault:
     Content-Range), ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced
     by ``data`` before this request is answered). Legal but unusual framings: ``chunked`` (the
     body in chunks of ``after_bytes`` or 1000), ``no_length`` (HTTP/1.0-style: no length, the
-    body ends when the server closes), ``informational`` (a ``103 Early Hints`` first).
+    body ends when the server closes), ``informational`` (a ``103 Early Hints`` first),
+    ``redirect`` (302 to ``location``).
     """
 
     kind: Literal[
@@ -72,6 +73,7 @@ class Fault:
         "chunked",
         "no_length",
         "informational",
+        "redirect",
     ]
     status: int = 503
     retry_after: str | None = None
@@ -79,6 +81,7 @@ class Fault:
     delay_seconds: float = 0.0
     shift: int = 1
     data: bytes | None = None
+    location: str | None = None
 
 
 @dataclass
@@ -347,6 +350,10 @@ class FaultServer:
             if fault.retry_after is not None:
                 headers["Retry-After"] = fault.retry_after
             _send_head(handler, fault.status, headers, record)
+            return
+        if fault is not None and fault.kind == "redirect":
+            assert fault.location is not None
+            _send_head(handler, 302, {"Location": fault.location, "Content-Length": "0"}, record)
             return
         if entry is None:
             _send_head(handler, 404, {"Content-Length": "0"}, record)

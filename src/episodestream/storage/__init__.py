@@ -17,7 +17,11 @@ from episodestream.storage._config import (
     Timeouts,
 )
 from episodestream.storage._fsspec import FsspecRangeReader
-from episodestream.storage._http import DEFAULT_MAX_SKIP_BYTES, HttpRangeReader
+from episodestream.storage._http import (
+    DEFAULT_MAX_SKIP_BYTES,
+    DEFAULT_READ_FILE_MAX_BYTES,
+    HttpRangeReader,
+)
 from episodestream.storage._hub import DEFAULT_HUB_ENDPOINT, HubRangeReader, hub_token
 from episodestream.storage._local import LocalRangeReader
 from episodestream.storage._location import Location, LocationKind
@@ -28,6 +32,7 @@ __all__ = [
     "DEFAULT_HUB_ENDPOINT",
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_SKIP_BYTES",
+    "DEFAULT_READ_FILE_MAX_BYTES",
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUTS",
     "RETRYABLE_STATUSES",

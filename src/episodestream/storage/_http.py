@@ -661,8 +661,14 @@ class HttpRangeReader:
                             f"{redact_url(state.url)} bytes {start}-{end - 1}: "
                             f"{'too many redirects' if location else 'redirect without Location'}"
                         )
+                    target = urllib.parse.urljoin(url, location)
+                    if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+                        raise InvalidResponse(
+                            f"{redact_url(state.url)}: redirect to a non-HTTP URL "
+                            f"{redact_url(target)!r}"
+                        )
                     with self._lock:
-                        state.target = urllib.parse.urljoin(url, location)
+                        state.target = target
                     self._metrics.add("redirects")
                     continue
                 if status == 206:
@@ -1032,6 +1038,8 @@ class HttpRangeReader:
                     if not location or hops > MAX_REDIRECTS:
                         raise InvalidResponse(f"{redact_url(url)}: bad or endless redirects")
                     url = urllib.parse.urljoin(url, location)
+                    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                        raise InvalidResponse(f"redirect to a non-HTTP URL {redact_url(url)!r}")
                     continue
                 if status == 200:
                     headers = response.headers
