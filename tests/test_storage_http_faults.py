@@ -310,3 +310,14 @@ def test_redirects_are_followed_cached_and_bounded(served):
     served.inject(PATH, *[Fault("redirect", location="/" + PATH)] * 10)
     with _reader(served) as reader, pytest.raises(InvalidResponse, match="too many redirects"):
         reader.read(PATH, 0, 1)
+
+
+def test_fsspec_http_is_available_as_an_escape_hatch(served):
+    from episodestream.storage import FsspecRangeReader
+
+    with FsspecRangeReader(served.url + "/videos") as reader:
+        assert reader.read("file-000.mp4", 10, 1000) == DATA[10:1010]
+        assert reader.read_many([ReadRequest("file-000.mp4", 5, 5)]) == [DATA[5:10]]
+        with pytest.raises(NotFound) as info:
+            reader.read("absent.mp4", 0, 1)
+    assert served.url in str(info.value)

@@ -23,6 +23,7 @@ from episodestream.errors import (
 )
 from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
 from episodestream.storage._location import Location
+from episodestream.storage._urls import redact_url
 
 __all__ = ["FsspecRangeReader"]
 
@@ -47,8 +48,10 @@ class FsspecRangeReader:
         max_concurrency: int = 16,
     ) -> None:
         parsed = Location.parse(location)
-        if parsed.kind != "fsspec":
-            raise LocationError(f"not an fsspec location: {parsed.url!r}")
+        # http(s) is allowed too: fsspec's HTTP filesystem is the escape hatch for what the
+        # native reader does not do (proxies from the environment, for one).
+        if parsed.kind not in ("fsspec", "http"):
+            raise LocationError(f"not an fsspec or http(s) location: {parsed.url!r}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self._location = parsed
@@ -122,7 +125,7 @@ class FsspecRangeReader:
             self._counters[name] = self._counters.get(name, 0) + amount
 
     def _where(self, clean: str, offset: int | None = None, length: int | None = None) -> str:
-        where = f"{self._location.protocol}://{self._location.path}/{clean}"
+        where = f"{redact_url(self._location.url)}/{clean}"
         if offset is not None and length is not None:
             where += f" bytes {offset}-{offset + length - 1}"
         return where
