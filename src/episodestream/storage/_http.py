@@ -58,6 +58,7 @@ T = TypeVar("T")
 # bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
 DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
 MAX_REDIRECTS = 5
+_MAX_ROUTES = 4096
 # read_file() refuses files larger than this unless told otherwise (metadata, not videos).
 DEFAULT_READ_FILE_MAX_BYTES = 512 * 1024 * 1024
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
@@ -126,6 +127,7 @@ class _FileState:
     """What the reader knows of one file; fields change only under the reader's lock."""
 
     url: str
+    label: str = ""  # the URL as error messages show it (redacted), computed once
     target: str | None = None  # cached redirect target (None: ask ``url``)
     size: int | None = None
     etag: str | None = None
@@ -207,6 +209,7 @@ class HttpRangeReader:
         self._stop = threading.Event()
         self._closed = False
         self._pools: dict[tuple[str, str, int], WirePool] = {}
+        self._routes: dict[str, tuple[WirePool, str, dict[str, str]]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._metrics = _Metrics()
         self._rng = random.Random(self._seed)
@@ -222,6 +225,7 @@ class HttpRangeReader:
                 "_stop",
                 "_closed",
                 "_pools",
+                "_routes",
                 "_executor",
                 "_metrics",
                 "_rng",
@@ -229,7 +233,7 @@ class HttpRangeReader:
         }
         with self._lock:
             state["_files"] = {
-                path: _FileState(f.url, f.target, f.size, f.etag, f.last_modified)
+                path: _FileState(f.url, f.label, f.target, f.size, f.etag, f.last_modified)
                 for path, f in self._files.items()
             }
         return state
@@ -256,6 +260,7 @@ class HttpRangeReader:
             self._closed = True
             executor, self._executor = self._executor, None
             pools, self._pools = list(self._pools.values()), {}
+            self._routes = {}
         self._stop.set()
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -306,7 +311,7 @@ class HttpRangeReader:
             data = self._fetch(state, 0, max_bytes, to_end=True)
         elif size > max_bytes:
             raise InvalidResponse(
-                f"{redact_url(state.url)}: file of {size} bytes is larger than read_file's "
+                f"{state.label}: file of {size} bytes is larger than read_file's "
                 f"max_bytes={max_bytes}; read it by ranges"
             )
         else:
@@ -370,7 +375,7 @@ class HttpRangeReader:
             size = state.size
         if size is not None and offset + length > size:
             raise InvalidResponse(
-                f"{redact_url(state.url)} bytes {offset}-{offset + length - 1}: beyond the end "
+                f"{state.label} bytes {offset}-{offset + length - 1}: beyond the end "
                 f"of the file ({size} bytes)"
             )
 
@@ -389,7 +394,8 @@ class HttpRangeReader:
                 raise StorageError(f"{self!r} is closed")
             state = self._files.get(clean)
             if state is None:
-                state = self._files[clean] = _FileState(self._url_for(clean))
+                url = self._url_for(clean)
+                state = self._files[clean] = _FileState(url, redact_url(url))
             return state
 
     def _url_for(self, clean: str) -> str:
@@ -520,11 +526,22 @@ class HttpRangeReader:
             headers.update(self._credentials)
         return headers
 
-    def _send(self, url: str, headers: dict[str, str]) -> WireResponse:
+    def _route(self, url: str) -> tuple[WirePool, str, dict[str, str]]:
+        """(pool, request target, headers) for ``url``, parsed once per URL and cached."""
+        route = self._routes.get(url)
+        if route is None:
+            parts = urllib.parse.urlsplit(url)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            route = (self._pool_for(url), target, self._headers_for(url))
+            if len(self._routes) > _MAX_ROUTES:
+                self._routes.clear()  # expired signed URLs must not pile up
+            self._routes[url] = route
+        return route
+
+    def _send(self, url: str, extra: dict[str, str] | None = None) -> WireResponse:
         """One GET whose response body is left unread; transport failures become ``_Retry``."""
-        pool = self._pool_for(url)
-        parts = urllib.parse.urlsplit(url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        pool, target, base = self._route(url)
+        headers = {**base, **extra} if extra else base
         started = time.perf_counter()
         try:
             response = pool.get(target, headers)
@@ -640,8 +657,7 @@ class HttpRangeReader:
             with self._lock:
                 url = state.target or state.url
                 if_range = _if_range(state)
-            headers = self._headers_for(url)
-            headers["Range"] = f"bytes={start}-{end - 1}"
+            headers = {"Range": f"bytes={start}-{end - 1}"}
             if if_range:
                 headers["If-Range"] = if_range
             sent = time.perf_counter()
@@ -658,14 +674,13 @@ class HttpRangeReader:
                     hops += 1
                     if not location or hops > MAX_REDIRECTS:
                         raise InvalidResponse(
-                            f"{redact_url(state.url)} bytes {start}-{end - 1}: "
+                            f"{state.label} bytes {start}-{end - 1}: "
                             f"{'too many redirects' if location else 'redirect without Location'}"
                         )
                     target = urllib.parse.urljoin(url, location)
                     if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
                         raise InvalidResponse(
-                            f"{redact_url(state.url)}: redirect to a non-HTTP URL "
-                            f"{redact_url(target)!r}"
+                            f"{state.label}: redirect to a non-HTTP URL {redact_url(target)!r}"
                         )
                     with self._lock:
                         state.target = target
@@ -704,7 +719,7 @@ class HttpRangeReader:
                         self._pin(state, response.headers, total, start, end)
                         break
                     raise InvalidResponse(
-                        f"{redact_url(state.url)}: HTTP 416 for bytes {start}- of a file of "
+                        f"{state.label}: HTTP 416 for bytes {start}- of a file of "
                         f"{total if total is not None else 'unknown'} bytes"
                     )
                 if status == 403 and state.target is not None and not reresolved:
@@ -731,7 +746,7 @@ class HttpRangeReader:
         limit: int | None = None,
     ) -> tuple[bytes, _Retry | None]:
         """Check a 206 and read its body: (bytes received, failure or None)."""
-        where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
+        where = f"{state.label} bytes {start}-{end - 1}"
         content_range = response.headers.get("Content-Range", "")
         match = _CONTENT_RANGE.match(content_range)
         if match is None:
@@ -783,7 +798,7 @@ class HttpRangeReader:
         sent: float,
     ) -> bytes:
         """A 200 to a range request: a changed file (If-Range) or a server ignoring ranges."""
-        where = f"{redact_url(state.url)} bytes {start}-{end - 1}"
+        where = f"{state.label} bytes {start}-{end - 1}"
         declared = response.headers.get("Content-Length")
         total = int(declared) if declared is not None and declared.strip().isdigit() else None
         try:
@@ -832,7 +847,7 @@ class HttpRangeReader:
         if limit is not None and total is not None and total > limit:
             self._discard(response)
             raise InvalidResponse(
-                f"{redact_url(state.url)}: file of {total} bytes is larger than read_file's "
+                f"{state.label}: file of {total} bytes is larger than read_file's "
                 f"max_bytes={limit}; read it by ranges"
             )
 
@@ -923,7 +938,7 @@ class HttpRangeReader:
                 problems.append(f"Last-Modified {state.last_modified} -> {last_modified}")
             if problems:
                 raise StaleSourceError(
-                    f"{redact_url(state.url)} changed while being read (bytes {start}-{end - 1}): "
+                    f"{state.label} changed while being read (bytes {start}-{end - 1}): "
                     + ", ".join(problems)
                 )
             if total is not None and state.size is None:
@@ -941,7 +956,7 @@ class HttpRangeReader:
         end: int | None,
     ) -> None:
         status = response.status
-        where = redact_url(state.url)
+        where = state.label
         if start is not None and end is not None:
             where = f"{where} bytes {start}-{end - 1}"
         headers = response.headers
@@ -981,7 +996,7 @@ class HttpRangeReader:
             error = failure.error
             error.args = (f"{error} — gave up after {attempt} attempt(s) in {elapsed:.1f} s",)
             raise error from failure.__cause__
-        logger.debug("retrying %s in %.2f s: %s", redact_url(state.url), delay, failure.error)
+        logger.debug("retrying %s in %.2f s: %s", state.label, delay, failure.error)
         if self._stop.wait(delay):
             raise StorageError(f"{self!r} was closed while waiting to retry") from failure.error
 
@@ -998,7 +1013,7 @@ class HttpRangeReader:
             return
         record = {
             "time": time.time(),
-            "url": redact_url(state.url),
+            "url": state.label,
             "range": [start, end - 1],
             "attempt": attempt,
             "status": failure.status,
@@ -1024,12 +1039,12 @@ class HttpRangeReader:
         attempt = 0
         hops = 0
         started = time.monotonic()
-        state = _FileState(url)
+        state = _FileState(url, redact_url(url))
         while True:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
             try:
-                response = self._send(url, self._headers_for(url))
+                response = self._send(url)
                 status = response.status
                 if status in _REDIRECTS:
                     location = response.headers.get("Location")

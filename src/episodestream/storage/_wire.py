@@ -28,6 +28,7 @@ __all__ = ["Headers", "PoolTimeout", "WireError", "WirePool", "WireResponse"]
 _MAX_LINE_BYTES = 64 * 1024
 _MAX_HEADERS = 200
 _READ_BUFFER_BYTES = 256 * 1024
+_RECHECK_IDLE_SECONDS = 1.0
 
 
 class WireError(Exception):
@@ -68,6 +69,7 @@ class _Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reader = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
+        self.idle_since = time.monotonic()
 
     def close(self) -> None:
         try:
@@ -274,6 +276,10 @@ class WirePool:
                     connection = self._idle.pop() if self._idle else None
                 if connection is None:
                     return self._connect(), False
+                # Only a connection idle for a while is worth a select(): a server drops idle
+                # keep-alives after seconds, and a rare miss is caught by the stale retry.
+                if time.monotonic() - connection.idle_since < _RECHECK_IDLE_SECONDS:
+                    return connection, True
                 if not connection.dropped():
                     return connection, True
                 connection.close()
@@ -285,6 +291,7 @@ class WirePool:
         with self._lock:
             keep = reusable and not self._closed
             if keep:
+                connection.idle_since = time.monotonic()
                 self._idle.append(connection)
         if not keep:
             with contextlib.suppress(OSError):
