@@ -120,7 +120,7 @@ def test_random_access_returns_the_right_frame(
             assert torch.equal(batch, sequential[torch.from_numpy(order)])
 
 
-def test_approximate_seek_falls_back_to_exact_on_open_gop(clips: dict[str, bytes]) -> None:
+def test_approximate_seek_switches_to_exact_on_open_gop(clips: dict[str, bytes]) -> None:
     """Seeking by time lands on the open GOP's keyframe and skips its leading frames; the
     decoder notices the wrong time and reopens in exact mode instead of returning it."""
     with open_decoder(clips["hevc_bframes_open_gop"], seek_mode="approximate") as decoder:
@@ -163,12 +163,16 @@ def test_packets_before_the_edit_list_start_are_not_frames(
         flags = [p.is_discard for p in container.demux(container.streams.video[0]) if p.size]
     assert any(flags), "the cut should start with discarded packets"
     first = round(0.1 * 30)
-    for backend, seek_mode in [("torchcodec", "approximate"), ("pyav", "exact")]:
+    for backend, seek_mode in PATHS:
         with open_decoder(data, backend=backend, seek_mode=seek_mode) as decoder:
             times = decoder.frame_times()
             assert len(times) == FRAMES - first and times[0] == 0.0
             frames = decoder.frames_at(times[::-1])
             assert [_read_identity(f) for f in frames] == list(range(FRAMES - 1, first - 1, -1))
+            if (backend, seek_mode, variant) == ("torchcodec", "exact", "av1_g2"):
+                # torchcodec 0.13's exact mode mis-indexes this clip; the decoder noticed and
+                # switched to asking by time
+                assert decoder.seek_mode == "approximate"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -128,6 +128,7 @@ class TorchcodecDecoder:
             raise DecodeError(f"{self._name}: torchcodec cannot be loaded ({reason})")
         self._device = _resolve_device(device, self._name)
         self._seek_mode = seek_mode
+        self._switched = False  # reopened once in the other seek mode (see _fetch)
         if frame_times_s is not None:
             self._times = validate_frame_times(frame_times_s, self._name)
         else:
@@ -223,54 +224,63 @@ class TorchcodecDecoder:
                     (0, 3, self._height, self._width), dtype=torch.uint8, device=self._device
                 )
             unique, inverse = np.unique(index, return_inverse=True)
-            if self._seek_mode == "exact":
-                batch = self._get_frames(unique)
-            else:
-                batch = self._get_frames_by_time(unique)
-        if not self._times_match(batch, unique):
-            got = batch.pts_seconds.cpu().numpy()
-            raise DecodeError(
-                f"{self._name}: torchcodec returned frames at {got.round(6).tolist()[:5]} s "
-                f"instead of {self._times[unique].round(6).tolist()[:5]} s (frame times do not "
-                "match the clip)"
-            )
+            batch = self._fetch(unique)
         frames = batch.data
         if not np.array_equal(unique, index):  # repeated or unsorted timestamps
             frames = frames[torch.from_numpy(inverse).to(frames.device)]
         return frames
 
-    def _get_frames_by_time(self, unique: np.ndarray) -> Any:
-        """Approximate mode: ask for each frame by a time inside its display interval. Seeking
-        by time can land on an open GOP's keyframe whose leading frames the decoder then drops,
-        and a header duration that ends before the last frame refuses times beyond it; either
-        way, switch this decoder to exact mode (torchcodec's own frame index) and ask again."""
-        try:
-            batch = self._decoder.get_frames_played_at(seconds=self._probe[unique].tolist())
-        except (RuntimeError, ValueError, IndexError) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        else:
-            if self._times_match(batch, unique):
+    def _fetch(self, unique: np.ndarray) -> Any:
+        """The frames at presentation indices ``unique`` (ascending), each checked to carry
+        its expected time.
+
+        Approximate mode asks by a time inside each frame's display interval; exact mode by
+        torchcodec's frame index. Each mode has clips it gets wrong: a seek by time can land
+        on an open GOP's keyframe whose leading frames the decoder then drops, and exact mode
+        mis-indexes clips whose first packets an edit list discards. On a failure or a wrong
+        frame the decoder reopens itself once in the other mode and asks again.
+        """
+        batch, reason, error = self._ask(unique)
+        if batch is not None:
+            return batch
+        if not self._switched:
+            self._switched = True
+            other: SeekMode = "exact" if self._seek_mode == "approximate" else "approximate"
+            _LOG.info("%s: %s; reopening in %s seek mode", self._name, reason, other)
+            try:
+                self._decoder = self._open_video_decoder(other)
+            except DecodeError as exc:
+                raise DecodeError(
+                    f"{self._name}: {reason}; reopening in {other} seek mode failed: {exc}"
+                ) from error
+            self._seek_mode = other
+            batch, reason, error = self._ask(unique)
+            if batch is not None:
                 return batch
-            reason = "a seek by time returned another frame"
-        _LOG.info("%s: %s; reopening in exact seek mode", self._name, reason)
-        self._decoder = self._open_video_decoder("exact")
-        self._seek_mode = "exact"
-        return self._get_frames(unique)
+        raise DecodeError(
+            f"{self._name}: torchcodec could not decode the frames at "
+            f"{self._times[unique[:5]].round(6).tolist()} s: {reason}"
+        ) from error
 
-    def _get_frames(self, unique: np.ndarray) -> Any:
+    def _ask(self, unique: np.ndarray) -> tuple[Any, str, BaseException | None]:
+        """(batch, "", None) when torchcodec returned the right frames, else
+        (None, why, the exception if one was raised)."""
         try:
-            return self._decoder.get_frames_at(indices=unique.tolist())
+            if self._seek_mode == "exact":
+                batch = self._decoder.get_frames_at(indices=unique.tolist())
+            else:
+                batch = self._decoder.get_frames_played_at(seconds=self._probe[unique].tolist())
         except (RuntimeError, ValueError, IndexError) as exc:
-            raise DecodeError(
-                f"{self._name}: torchcodec failed to decode frames at "
-                f"{self._times[unique[:5]].round(6).tolist()} s: {exc}"
-            ) from exc
-
-    def _times_match(self, batch: Any, unique: np.ndarray) -> bool:
+            return None, f"{type(exc).__name__}: {exc}", exc
         got = batch.pts_seconds.cpu().numpy()
         expected = self._times[unique]
-        return got.shape == expected.shape and bool(
-            np.allclose(got, expected, rtol=0, atol=_PTS_SLACK_S)
+        if got.shape == expected.shape and np.allclose(got, expected, rtol=0, atol=_PTS_SLACK_S):
+            return batch, "", None
+        return (
+            None,
+            f"torchcodec returned frames at {got.round(6).tolist()[:5]} s instead of "
+            f"{expected.round(6).tolist()[:5]} s ({self._seek_mode} seek mode)",
+            None,
         )
 
     def close(self) -> None:
