@@ -22,6 +22,9 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "_serve",
     "_index",
     "_inspect",
+    "_demo",
+    "_bench",
+    "_bench_summary",
 )
 
 

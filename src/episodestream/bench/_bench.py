@@ -1,0 +1,414 @@
+"""``run_bench``: every track on one seeded sample sequence, gathered in a :class:`BenchReport`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from episodestream.bench._access import AccessLog
+from episodestream.bench._config import AUTO_TARGET_SHARE, BenchConfig
+from episodestream.bench._measure import peak_rss_bytes, rss_bytes
+from episodestream.bench._sequence import BenchDataset, open_bench_dataset, randomness
+from episodestream.bench._tracks import (
+    check_local_copy,
+    download_files,
+    local_opener,
+    remote_opener,
+    run_decode,
+    run_fetch,
+    run_file_track,
+    run_keepup,
+    run_stream,
+    warm_up,
+)
+from episodestream.storage import LocalRangeReader, redact_url
+
+__all__ = ["REPORT_VERSION", "BenchReport", "run_bench"]
+
+logger = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+#: issue-7 targets: STREAM steady samples/s against LOCAL, bytes fetched against the episodes'
+#: own video bytes, range requests per episode-camera
+TARGET_STREAM_OVER_LOCAL = 0.9
+TARGET_BYTES_OVER_VIDEO = 1.05
+TARGET_REQUESTS_PER_EPISODE_CAMERA = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    """Everything one ``bench`` run measured (one rank); plain JSON-able sections.
+
+    Sections: ``host`` (hostname, shard, versions), ``config``, ``dataset``, ``sequence``,
+    ``tracks`` (stream / local / naive / download: samples, seconds, samples/s, steady
+    samples/s, time to first sample, memory), ``fetch``, ``http``, ``decode``, ``randomness``,
+    ``keepup``, ``memory``, ``ratios`` (STREAM over the others and byte/request ratios),
+    ``targets`` (issue 7's, each with value, target and whether it is met), ``timeline``
+    (STREAM's time series), ``notes`` (what was skipped and why).
+    """
+
+    host: dict[str, Any]
+    config: dict[str, Any]
+    dataset: dict[str, Any]
+    sequence: dict[str, Any]
+    tracks: dict[str, dict[str, Any]]
+    fetch: dict[str, Any]
+    http: dict[str, Any]
+    decode: dict[str, Any]
+    randomness: dict[str, Any]
+    keepup: dict[str, Any]
+    memory: dict[str, Any]
+    ratios: dict[str, Any]
+    targets: dict[str, Any]
+    timeline: list[dict[str, Any]]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    version: int = REPORT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write_json(self, path: str | os.PathLike[str]) -> Path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
+        return target
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchReport:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def read_json(cls, path: str | os.PathLike[str]) -> BenchReport:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for module in ("torch", "torchcodec", "av", "numpy", "episodestream"):
+        try:
+            versions[module] = str(__import__(module).__version__)
+        except (ImportError, AttributeError, OSError, RuntimeError):
+            versions[module] = "?"
+    return versions
+
+
+def _dataset_summary(ds: BenchDataset) -> dict[str, Any]:
+    manifest = ds.manifest
+    first = manifest.track(0) if manifest.num_files else None
+    sources = manifest.sources()
+    sequence = ds.sequence
+    return {
+        "root": redact_url(ds.location.url),
+        "episodes": int(ds.meta.total_episodes),
+        "frames": int(ds.meta.total_frames),
+        "fps": float(ds.meta.fps),
+        "cameras": list(ds.cameras),
+        "width": first.width if first else None,
+        "height": first.height if first else None,
+        "codecs": {k: list(v) for k, v in manifest.codecs().items()},
+        "video_files": manifest.num_files,
+        "video_bytes": int(sum(s.size for s in sources)),
+        "episode_span_bytes": int(manifest.episode_bytes().sum()),
+        "index_origin": manifest.origin,
+        "index_open_s": ds.index_seconds,
+        "shard_episodes": int(sequence.shard_episodes.size),
+        "shard_frames": int(sequence.shard_frames.sum()),
+    }
+
+
+def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the highest steady samples/s, with every round's rates attached."""
+    best = dict(max(rounds, key=lambda r: r["steady_samples_per_s"]))
+    best["rounds"] = [
+        {
+            "samples_per_s": r["samples_per_s"],
+            "steady_samples_per_s": r["steady_samples_per_s"],
+            "cpu_ms_per_sample": r.get("cpu_ms_per_sample"),
+        }
+        for r in rounds
+    ]
+    return best
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _pick_target(config: BenchConfig, tracks: dict[str, dict[str, Any]]) -> tuple[float, str]:
+    if config.target_samples_s is not None:
+        return config.target_samples_s, "given"
+    local = tracks.get("local")
+    if local and local.get("steady_samples_per_s"):
+        return AUTO_TARGET_SHARE * local["steady_samples_per_s"], f"{AUTO_TARGET_SHARE} x LOCAL"
+    return (
+        AUTO_TARGET_SHARE * max(tracks["stream"]["steady_samples_per_s"], 1e-3),
+        f"{AUTO_TARGET_SHARE} x STREAM",
+    )
+
+
+def run_bench(config: BenchConfig) -> BenchReport:
+    """Run the benchmark described by ``config`` on this rank; see the module docstring of
+    :mod:`episodestream.bench._tracks` for what each track measures."""
+    started = time.perf_counter()
+    rss_at_start = rss_bytes()
+    notes: list[str] = []
+    local_root = Path(config.local_root).resolve() if config.local_root else None
+    local_reader = LocalRangeReader(local_root) if local_root else None
+    try:
+        ds = open_bench_dataset(config, local_reader=local_reader)
+    finally:
+        if local_reader is not None:
+            local_reader.close()
+    access = None
+    if config.access_log:
+        if ds.location.kind == "http":
+            access = AccessLog(config.access_log, ds.location.url)
+        else:
+            notes.append("access log ignored: the root is not served over HTTP")
+    sequence = ds.sequence
+    n = len(sequence)
+    rank, world = ds.rank, ds.world_size
+    logger.info(
+        "bench rank %d/%d: %d samples of %d episodes (%d touched), tracks %s",
+        rank,
+        world,
+        n,
+        sequence.shard_episodes.size,
+        sequence.touched().size,
+        ",".join(config.tracks),
+    )
+
+    warm_up_s = warm_up(config, ds)
+    tracks: dict[str, dict[str, Any]] = {}
+    fetch, fetched = run_fetch(config, ds, access)
+    try:
+        decode = run_decode(config, ds, fetched)
+    finally:
+        fetched.close()
+
+    touched = sequence.touched()
+    download: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="episodestream-bench-", dir=config.work_dir) as tmp:
+        needs_copy = local_root is None and (
+            "local" in config.tracks or "download" in config.tracks
+        )
+        if "download" in config.tracks or needs_copy:
+            paths = ds.video_files_of(touched) + ds.data_files_of(touched)
+            download = download_files(config, ds, Path(tmp), paths)
+            if local_root is None:
+                local_root = Path(tmp)
+                notes.append("LOCAL decodes the files DOWNLOAD fetched (no --local-root)")
+        run_local = "local" in config.tracks or "download" in config.tracks
+        rows = None
+        if run_local:
+            assert local_root is not None
+            needed = ds.video_files_of(touched) + ds.data_files_of(touched)
+            check_local_copy(ds, local_root, needed)
+            rows = LocalRangeReader(local_root)
+        # STREAM and LOCAL alternate which goes first; each keeps its best round
+        streams: list[dict[str, Any]] = []
+        locals_: list[dict[str, Any]] = []
+        try:
+            for round_number in range(config.rounds):
+                order = ("stream", "local") if round_number % 2 == 0 else ("local", "stream")
+                for name in order:
+                    if name == "stream":
+                        streams.append(run_stream(config, ds, access))
+                    elif run_local:
+                        assert local_root is not None and rows is not None
+                        locals_.append(
+                            run_file_track(
+                                "local", config, ds, n, local_opener(config, local_root), rows
+                            )
+                        )
+        finally:
+            if rows is not None:
+                rows.close()
+        stream = _best(streams)
+        tracks["stream"] = stream
+        if not all(s["sequence_matches"] for s in streams):
+            notes.append(
+                "STREAM's order differs from the computed sequence: ratios compare different "
+                "samples"
+            )
+        if config.rounds > 1:
+            notes.append(
+                f"STREAM and LOCAL ran {config.rounds} alternating rounds; the tables show each "
+                "one's best (steady samples/s), the JSON every round"
+            )
+        if run_local:
+            local = _best(locals_)
+            if "local" in config.tracks:
+                tracks["local"] = local
+            if download is not None and "download" in config.tracks:
+                total = download["seconds"] + local["seconds"]
+                tracks["download"] = {
+                    "samples": n,
+                    "download_s": download["seconds"],
+                    "decode_s": local["seconds"],
+                    "seconds": total,
+                    "samples_per_s": n / total if total > 0 else 0.0,
+                    "steady_samples_per_s": local["steady_samples_per_s"],
+                    "time_to_first_sample_s": download["seconds"]
+                    + (local["time_to_first_sample_s"] or 0.0),
+                    "files": download["files"],
+                    "bytes": download["bytes"],
+                    "mib_per_s": download["mib_per_s"],
+                    "memory": local["memory"],
+                }
+                notes.append(
+                    "DOWNLOAD's decode time is LOCAL's (the same decode of the same bytes)"
+                )
+    if "naive" in config.tracks:
+        count = min(config.naive_samples, n)
+        try:
+            tracks["naive"] = run_file_track(
+                "naive", config, ds, count, remote_opener(config, ds), None
+            )
+            notes.append(f"NAIVE decodes the first {count} samples (video only, no Parquet rows)")
+        except ImportError as error:  # fsspec's HTTP backend needs aiohttp
+            notes.append(f"NAIVE skipped: {error}")
+
+    keepup: dict[str, Any] = {}
+    if config.effective_keepup_samples > 0:
+        target, how = _pick_target(config, tracks)
+        keepup = run_keepup(config, ds, target)
+        keepup["target_from"] = how
+
+    http: dict[str, Any] = {"stream": stream["http"], "fetch": fetch["http"]}
+    if "server" in stream:
+        http["stream_server"] = stream["server"]
+    if "server" in fetch:
+        http["fetch_server"] = fetch["server"]
+    if download is not None:
+        http["download"] = download["http"]
+
+    local_track = tracks.get("local")
+    ratios: dict[str, Any] = {
+        "stream_over_local_steady": _ratio(
+            stream["steady_samples_per_s"], local_track and local_track["steady_samples_per_s"]
+        ),
+        "stream_over_local": _ratio(
+            stream["samples_per_s"], local_track and local_track["samples_per_s"]
+        ),
+        "stream_over_local_per_cpu_second": _ratio(
+            local_track and local_track.get("cpu_ms_per_sample"), stream.get("cpu_ms_per_sample")
+        ),
+        "stream_over_naive": _ratio(
+            stream["samples_per_s"], tracks.get("naive", {}).get("samples_per_s")
+        ),
+        "stream_over_download": _ratio(
+            stream["samples_per_s"], tracks.get("download", {}).get("samples_per_s")
+        ),
+        "download_first_sample_over_stream": _ratio(
+            tracks.get("download", {}).get("time_to_first_sample_s"),
+            stream["time_to_first_sample_s"],
+        ),
+        "stream_over_resident_decode": _ratio(
+            stream["steady_samples_per_s"], decode.get("random_decode_samples_per_s")
+        ),
+        "bytes_fetched_over_video_bytes": stream["bytes_fetched_over_video_bytes"],
+        "bytes_fetched_over_manifest_bytes": _ratio(
+            stream["bytes_fetched"], stream["manifest_bytes_fetched_episodes"]
+        ),
+        "range_requests_per_episode_camera": stream["range_requests_per_episode_camera"]
+        if stream["range_requests_per_episode_camera"] is not None
+        else fetch["range_requests_per_episode_camera"],
+        "peak_rss_delta_over_budget": (
+            stream["memory"]["rss_peak_bytes"] - stream["memory"]["rss_start_bytes"]
+        )
+        / config.byte_budget,
+        "peak_cache_bytes_over_budget": stream["peak_cache_bytes"] / config.byte_budget,
+    }
+    targets = {
+        "stream_over_local_steady": _target(
+            ratios["stream_over_local_steady"], TARGET_STREAM_OVER_LOCAL, ">="
+        ),
+        "bytes_fetched_over_video_bytes": _target(
+            ratios["bytes_fetched_over_video_bytes"], TARGET_BYTES_OVER_VIDEO, "<="
+        ),
+        "range_requests_per_episode_camera": _target(
+            ratios["range_requests_per_episode_camera"], TARGET_REQUESTS_PER_EPISODE_CAMERA, "=="
+        ),
+    }
+    memory = {
+        "stream": stream["memory"],
+        "local": local_track["memory"] if local_track else None,
+        "process_rss_start_bytes": rss_at_start,
+        "process_rss_end_bytes": rss_bytes(),
+        "process_peak_rss_bytes": peak_rss_bytes(),
+        "byte_budget": config.byte_budget,
+        "stream_peak_cache_bytes": stream["peak_cache_bytes"],
+    }
+    host = {
+        "hostname": socket.gethostname(),
+        "shard_index": rank,
+        "shard_count": world,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "versions": _versions(),
+        "started_unix_s": time.time() - (time.perf_counter() - started),
+    }
+    sequence_info = {
+        "samples": n,
+        "digest": sequence.digest(),
+        "touched_episodes": int(touched.size),
+        "seed": config.seed,
+        "pool_size": config.pool_size,
+        "warm_up_s": warm_up_s,
+    }
+    timeline = stream.pop("timeline")
+    return BenchReport(
+        host=host,
+        config=config.to_dict(),
+        dataset=_dataset_summary(ds),
+        sequence=sequence_info,
+        tracks=tracks,
+        fetch=fetch,
+        http=http,
+        decode=decode,
+        randomness=randomness(sequence, config.batch_size),
+        keepup=keepup,
+        memory=memory,
+        ratios=ratios,
+        targets=targets,
+        timeline=timeline,
+        seconds=time.perf_counter() - started,
+        notes=notes,
+    )
+
+
+def _target(value: float | None, target: float, relation: str) -> dict[str, Any]:
+    if value is None:
+        met = None
+    elif relation == ">=":
+        met = value >= target
+    elif relation == "<=":
+        met = value <= target
+    else:
+        met = abs(value - target) < 1e-9
+    return {"value": value, "target": target, "relation": relation, "met": met}

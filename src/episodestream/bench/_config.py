@@ -1,0 +1,180 @@
+"""What ``episodestream bench`` runs: the tracks and the settings they share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, TypeAlias
+
+from episodestream.datasets import parse_bytes
+from episodestream.decode import BackendName
+
+__all__ = [
+    "ALL_TRACKS",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BYTE_BUDGET",
+    "DEFAULT_CONNECTIONS",
+    "DEFAULT_DECODE_SAMPLES",
+    "DEFAULT_NAIVE_SAMPLES",
+    "DEFAULT_SAMPLES",
+    "BenchConfig",
+    "TrackName",
+    "detect_shard",
+]
+
+TrackName: TypeAlias = Literal["stream", "local", "naive", "download"]
+ALL_TRACKS: tuple[TrackName, ...] = ("stream", "local", "naive", "download")
+
+#: Samples every track draws (capped at the shard's frames).
+DEFAULT_SAMPLES = 2000
+#: NAIVE reads through a generic remote file object; it is capped to stay short.
+DEFAULT_NAIVE_SAMPLES = 100
+#: Samples of the resident-pool random-decode measurement.
+DEFAULT_DECODE_SAMPLES = 200
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_BYTE_BUDGET = 2 * 2**30
+#: HTTP connections (and request threads) of the reader, per process.
+DEFAULT_CONNECTIONS = 16
+DEFAULT_POOL_SIZE = 16
+DEFAULT_PREFETCH_EPISODES = 8
+DEFAULT_FETCH_WORKERS = 4
+DEFAULT_DECODE_THREADS = 2
+DEFAULT_FFMPEG_THREADS = 1
+#: Share of the LOCAL (else STREAM) steady rate used as the keep-up target when none is given.
+AUTO_TARGET_SHARE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """Settings of one benchmark run (one rank).
+
+    Attributes:
+        root: the dataset as STREAM reads it (path, http(s)://, hf://, s3://, ...).
+        local_root: a local copy for LOCAL; ``None`` downloads the touched files first.
+        tracks: which of STREAM, LOCAL, NAIVE, DOWNLOAD run (STREAM always runs: the other
+            figures are ratios to it).
+        samples: samples drawn by STREAM and LOCAL (the first ``samples`` of the pool order).
+        keepup_samples: samples consumed at ``target_samples_s`` (``None``: ``samples``;
+            ``0``: no keep-up run).
+        naive_samples: cap on NAIVE's samples (a prefix of the same order).
+        decode_samples: samples of the resident-pool random-decode measurement.
+        target_samples_s: keep-up target; ``None``: ``AUTO_TARGET_SHARE`` x LOCAL's steady
+            samples/s (STREAM's when LOCAL does not run).
+        pool_size, prefetch_episodes, byte_budget, seed: the pool's settings.
+        fetch_workers: concurrent episode fetches; connections: HTTP connections per host.
+        decoder, decode_threads, ffmpeg_threads: decoding, the same in every track.
+        batch_size: samples per batch for the randomness and keep-up figures.
+        rounds: STREAM and LOCAL run this many times, alternating which goes first; each
+            reports its best round (shared machines are noisy; every round is kept in the JSON).
+        shard_index, shard_count: this rank of a distributed run (``None``: torchrun's
+            ``RANK``/``WORLD_SIZE``, else a single rank).
+        access_log: nginx access log of the server in front of ``root``, when it is ours
+            (adds server-side figures: requests per file kind, statuses, bytes sent).
+        cache_dir: where sidecar indexes are cached (default ``$EPISODESTREAM_CACHE``).
+        work_dir: where downloads go (default: a temporary folder, removed after).
+        progress: progress bars (on a terminal; periodic log lines otherwise).
+        wait_timeout_s: bound on any single wait for an episode's bytes.
+    """
+
+    root: str
+    local_root: str | None = None
+    tracks: tuple[TrackName, ...] = ALL_TRACKS
+    samples: int = DEFAULT_SAMPLES
+    keepup_samples: int | None = None
+    naive_samples: int = DEFAULT_NAIVE_SAMPLES
+    decode_samples: int = DEFAULT_DECODE_SAMPLES
+    target_samples_s: float | None = None
+    pool_size: int = DEFAULT_POOL_SIZE
+    prefetch_episodes: int = DEFAULT_PREFETCH_EPISODES
+    byte_budget: int = DEFAULT_BYTE_BUDGET
+    seed: int = 0
+    fetch_workers: int = DEFAULT_FETCH_WORKERS
+    connections: int = DEFAULT_CONNECTIONS
+    decoder: BackendName = "auto"
+    decode_threads: int = DEFAULT_DECODE_THREADS
+    ffmpeg_threads: int = DEFAULT_FFMPEG_THREADS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    rounds: int = 1
+    shard_index: int | None = None
+    shard_count: int | None = None
+    access_log: str | None = None
+    cache_dir: str | None = None
+    work_dir: str | None = None
+    progress: bool = True
+    wait_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", os.fspath(self.root))
+        if self.local_root is not None:
+            object.__setattr__(self, "local_root", os.fspath(self.local_root))
+        object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
+        tracks = tuple(dict.fromkeys(("stream", *self.tracks)))
+        unknown = [t for t in tracks if t not in ALL_TRACKS]
+        if unknown:
+            raise ValueError(f"unknown track(s) {unknown}; choose from {list(ALL_TRACKS)}")
+        object.__setattr__(self, "tracks", tracks)
+        for name in (
+            "samples",
+            "pool_size",
+            "fetch_workers",
+            "connections",
+            "batch_size",
+            "rounds",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("naive_samples", "decode_samples", "prefetch_episodes", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.keepup_samples is not None and self.keepup_samples < 0:
+            raise ValueError(f"keepup_samples must be >= 0, got {self.keepup_samples}")
+        if self.decode_threads < 0 or self.ffmpeg_threads < 0:
+            raise ValueError("decode_threads and ffmpeg_threads must be >= 0")
+        if self.target_samples_s is not None and not self.target_samples_s > 0:
+            raise ValueError(f"target_samples_s must be > 0, got {self.target_samples_s}")
+        if self.decoder not in ("auto", "torchcodec", "pyav"):
+            raise ValueError(
+                f"decoder must be 'auto', 'torchcodec' or 'pyav', got {self.decoder!r}"
+            )
+        if (self.shard_index is None) != (self.shard_count is None):
+            raise ValueError("give both shard_index and shard_count, or neither")
+        if self.shard_count is not None:
+            assert self.shard_index is not None
+            if self.shard_count < 1 or not 0 <= self.shard_index < self.shard_count:
+                raise ValueError(
+                    f"shard_index must lie in [0, shard_count), got {self.shard_index} of "
+                    f"{self.shard_count}"
+                )
+        if not self.wait_timeout_s > 0:
+            raise ValueError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+
+    @property
+    def effective_keepup_samples(self) -> int:
+        return self.samples if self.keepup_samples is None else self.keepup_samples
+
+    def shard(self) -> tuple[int, int]:
+        """``(index, count)``: the explicit shard, else torchrun's environment, else (0, 1)."""
+        if self.shard_index is not None and self.shard_count is not None:
+            return self.shard_index, self.shard_count
+        return detect_shard()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tracks"] = list(self.tracks)
+        return data
+
+
+def detect_shard(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """``(RANK, WORLD_SIZE)`` as torchrun sets them; ``(0, 1)`` outside a distributed launch."""
+    env = os.environ if environ is None else environ
+    try:
+        rank = int(env.get("RANK", "0"))
+        world = int(env.get("WORLD_SIZE", "1"))
+    except ValueError as error:
+        raise ValueError(f"RANK/WORLD_SIZE must be integers: {error}") from error
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} is not within WORLD_SIZE={world}")
+    return rank, world

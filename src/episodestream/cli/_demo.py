@@ -1,0 +1,133 @@
+"""``episodestream demo``: the demo dataset through an emulated WAN, checked and benchmarked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from episodestream.bench._demo import (
+    DEMO_BANDWIDTH_MIBPS,
+    DEMO_RTT_MS,
+    DemoConfig,
+    format_demo,
+    run_demo,
+)
+
+__all__ = ["register"]
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="stream the demo dataset through an emulated WAN and benchmark it",
+        description=(
+            "Generate the demo dataset once (3 cameras 320x240 AV1 at 30 fps, 36 episodes; "
+            "cached), serve it with nginx behind a WAN emulator (RTT 50 ms, 40 MiB/s per "
+            "connection), print a dataset summary and a range-read check through the link, "
+            "then run `bench` with every track (STREAM, LOCAL, NAIVE, DOWNLOAD) and print the "
+            "report and where its JSON and plot are."
+        ),
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small dataset and few samples (seconds; what the test suite runs)",
+    )
+    size.add_argument(
+        "--full", action="store_true", help="every sample of the demo dataset (make bench)"
+    )
+    parser.add_argument(
+        "--dataset", default=None, help="benchmark this local LeRobot v3 dataset instead"
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where the JSON, plot, access log and index go (default <cache>/demo)",
+    )
+    parser.add_argument(
+        "--cache-dir", default=None, help="cache root (default $EPISODESTREAM_CACHE)"
+    )
+    parser.add_argument("--rtt-ms", type=_non_negative_float, default=DEMO_RTT_MS)
+    parser.add_argument(
+        "--bandwidth-mibps",
+        type=_positive_float,
+        default=DEMO_BANDWIDTH_MIBPS,
+        help="per-connection cap of the emulated link",
+    )
+    parser.add_argument("--samples", type=_int_at_least(1), default=None)
+    parser.add_argument("--keepup-samples", type=_int_at_least(0), default=None)
+    parser.add_argument("--naive-samples", type=_int_at_least(0), default=None)
+    parser.add_argument("--target-samples-s", type=_positive_float, default=None)
+    parser.add_argument("--pool-size", type=_int_at_least(1), default=None)
+    parser.add_argument("--decoder", choices=("auto", "torchcodec", "pyav"), default=None)
+    parser.add_argument("--decode-threads", type=_int_at_least(0), default=None)
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
+    parser.set_defaults(handler=run)
+
+
+_OVERRIDES = (
+    "samples",
+    "keepup_samples",
+    "naive_samples",
+    "target_samples_s",
+    "pool_size",
+    "decoder",
+    "decode_threads",
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    mode = "quick" if args.quick else "full" if args.full else "default"
+    overrides = {
+        name: getattr(args, name) for name in _OVERRIDES if getattr(args, name) is not None
+    }
+    try:
+        config = DemoConfig(
+            mode=mode,
+            dataset=args.dataset,
+            output_dir=args.output_dir,
+            cache_dir=args.cache_dir,
+            rtt_ms=args.rtt_ms,
+            bandwidth_mibps=args.bandwidth_mibps,
+            bench=overrides,
+            plot=not args.no_plot,
+            progress=not args.no_progress,
+        )
+    except ValueError as error:
+        print(f"episodestream demo: {error}", file=sys.stderr)
+        return 2
+    result = run_demo(config)
+    print(format_demo(result, rtt_ms=args.rtt_ms, bandwidth_mibps=args.bandwidth_mibps))
+    return 0
