@@ -35,8 +35,10 @@ DEFAULT_TOLERANCE_S = 1e-4
 #: AV1 clips accessed at random, 1 thread beats FFmpeg's automatic count, whose frame threading
 #: adds pipeline latency to every seek; parallelism comes from decoding clips concurrently.
 DEFAULT_FFMPEG_THREADS = 1
-#: torchcodec seek mode. Measured (docs/BENCHMARKS.md): "approximate" skips torchcodec's scan of
-#: the clip; frames are still exact because we address them by their own presentation times.
+#: torchcodec seek mode. Measured (docs/BENCHMARKS.md): per-frame cost ties with "exact", and
+#: "approximate" skips torchcodec's scan at open. Frames stay exact either way: each is asked
+#: for by its own presentation time and checked; a decoder that meets a clip its mode gets
+#: wrong reopens itself once in the other mode.
 DEFAULT_SEEK_MODE: SeekMode = "approximate"
 
 BackendName: TypeAlias = Literal["auto", "torchcodec", "pyav"]
