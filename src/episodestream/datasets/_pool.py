@@ -210,17 +210,32 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         Iterating in this process (no DataLoader workers), both default to what was iterated.
         With a ``DataLoader(num_workers=N, batch_size=B)``, pass the samples your loop
         received and the loader's ``num_workers``, ``batch_size`` and ``drop_last``.
+        ``samples_consumed`` counts from the start of the epoch, samples received before an
+        earlier resume included.
+
+        Raises:
+            SamplingError: ``samples_consumed`` is not a count such a loader can have
+                delivered (not on a batch boundary, or more than the epoch holds).
         """
         if samples_consumed is None:
             if self._iterated_workers is None:
                 raise SamplingError(
-                    "state_dict() needs samples_consumed= (and num_workers=) when the dataset "
-                    "is iterated by DataLoader workers"
+                    "state_dict() needs samples_consumed= (and num_workers=, batch_size=) "
+                    "unless this process iterated the dataset itself (DataLoader workers "
+                    "iterate copies of it)"
                 )
             samples_consumed = self._yielded
         if num_workers is None:
             num_workers = self._iterated_workers or 1
         rank, world_size = detect_rank(*self._rank_args)
+        num_workers = max(int(num_workers), 1)
+        # refuse a count the loader cannot have delivered now, not when resuming later
+        loader_consumption(
+            samples_consumed,
+            worker_totals=self._plan(world_size, num_workers).frames_per_slot[rank],
+            batch_size=batch_size,
+            drop_last=drop_last,
+        )
         return {
             "version": POOL_STATE_VERSION,
             "seed": self.params.seed,
@@ -229,7 +244,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             "shuffle": self.params.shuffle,
             "rank": rank,
             "world_size": world_size,
-            "num_workers": max(int(num_workers), 1),
+            "num_workers": num_workers,
             "batch_size": int(batch_size),
             "drop_last": bool(drop_last),
             "episodes_digest": episodes_digest(
@@ -281,10 +296,16 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self.epoch = int(state["epoch"])
         self._resume = dict(state)
 
-    def _start_position(self, slot: WorkerSlot, plan) -> int:
+    def _resume_slot(self, slot: WorkerSlot, plan) -> tuple[WorkerSlot, int]:
+        """The slot this DataLoader worker plays and the draws it has already delivered.
+
+        A fresh DataLoader polls worker 0 first, while the interrupted one would next have
+        polled some worker ``w``; so on resume DataLoader worker ``d`` plays worker
+        ``(d + w) % N`` of the saved run, and the batches come out in the original order.
+        """
         state = self._resume
         if state is None or state["epoch"] != self.epoch:
-            return 0
+            return slot, 0
         if state["num_workers"] != slot.num_workers:
             raise SamplingError(
                 f"resume state num_workers={state['num_workers']} does not match this "
@@ -297,14 +318,16 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             batch_size=state["batch_size"],
             drop_last=state["drop_last"],
         )
-        return int(consumed[slot.worker])
+        first = _next_worker(consumed, totals, state["batch_size"], state["drop_last"])
+        worker = (slot.worker + first) % slot.num_workers
+        return slot.with_worker(worker, slot.num_workers), int(consumed[worker])
 
     # -- iteration ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         slot = detect_slot(*self._rank_args)
         plan = self._plan(slot.world_size, slot.num_workers)
-        start = self._start_position(slot, plan)
+        slot, start = self._resume_slot(slot, plan)
         self._resume = None  # applies to one iteration only
         ids = plan.episodes_for(slot)
         counts = plan.frame_counts_for(slot)
@@ -425,10 +448,17 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         return result
 
     def close(self) -> None:
+        """Stop this process's fetch and decode threads and close its connections."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
         self.dataset.close()
+
+    def __enter__(self) -> EpisodePoolDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -442,6 +472,20 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             f"{len(self.dataset.episode_ids)}, frames={self.dataset.num_frames}, "
             f"pool_size={self.params.pool_size}, epoch={self.epoch})"
         )
+
+
+def _next_worker(consumed: np.ndarray, totals: np.ndarray, batch_size: int, drop_last: bool) -> int:
+    """The worker a DataLoader polls next after delivering ``consumed`` samples per worker.
+
+    It takes one batch from each unfinished worker in turn (round-major), so the next batch
+    belongs to the unfinished worker with the fewest batches delivered, lowest id first.
+    """
+    delivered = totals // batch_size * batch_size if drop_last else totals
+    unfinished = np.flatnonzero(consumed < delivered)
+    if unfinished.size == 0:
+        return 0
+    batches = -(-consumed[unfinished] // batch_size)
+    return int(unfinished[np.lexsort((unfinished, batches))[0]])
 
 
 def _restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:
