@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.plugins.serving",
     "tests.plugins.synthetic",
     "tests.plugins.storage",
+    "tests.plugins.datasets",
 ]
 
 DATA_DIR = Path(__file__).parent / "data"
