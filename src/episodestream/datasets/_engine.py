@@ -13,7 +13,7 @@ import torch
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
 from episodestream.datasets._options import StreamOptions
 from episodestream.decode import DecoderPool, open_decoder
-from episodestream.errors import BudgetError, DatasetFormatError, SamplingError
+from episodestream.errors import BudgetError, DatasetFormatError, LocationError, SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, open_manifest
 from episodestream.storage import Location, RangeReader, open_reader
@@ -55,7 +55,7 @@ def open_dataset(
     location = Location.parse(root)
     if options.revision is not None:
         if location.kind != "hub":
-            raise ValueError(
+            raise LocationError(
                 f"revision={options.revision!r} applies to hf:// roots only, not {location.url!r}"
             )
         location = dataclasses.replace(location, revision=options.revision)
@@ -123,7 +123,8 @@ def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
     unknown = np.setdiff1d(ids, available)
     if unknown.size:
         raise SamplingError(
-            f"unknown episode(s) {unknown[:10].tolist()}: the dataset has episodes "
+            f"episodes lists unknown episode(s) {unknown[:10].tolist()}: the dataset has "
+            "episodes "
             f"{int(available.min())}..{int(available.max())} ({available.size} in all)"
         )
     if np.unique(ids).size != ids.size:

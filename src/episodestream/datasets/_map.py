@@ -113,12 +113,11 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         n = len(self)
         if isinstance(index, bool) or not isinstance(index, int | np.integer):
             raise TypeError(f"index must be an int, got {type(index).__name__}")
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
+        position = int(index) + n if index < 0 else int(index)
+        if not 0 <= position < n:
             raise IndexError(f"index {index} out of range for {n} frames")
-        position = int(np.searchsorted(self._starts, index, side="right")) - 1
-        return int(self.dataset.episode_ids[position]), int(index - self._starts[position])
+        row = int(np.searchsorted(self._starts, position, side="right")) - 1
+        return int(self.dataset.episode_ids[row]), position - int(self._starts[row])
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         episode, frame = self.locate(index)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
+from episodestream.errors import BudgetError
 
 __all__ = [
     "DEFAULT_BYTE_BUDGET",
@@ -47,24 +48,28 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_bytes(value: int | str, *, name: str = "byte_budget") -> int:
-    """``8GiB``, ``500MB``, ``1.5GiB`` or a plain int of bytes → int bytes (> 0)."""
+    """``8GiB``, ``500MB``, ``1.5GiB`` or a plain int of bytes → int bytes (> 0).
+
+    Raises:
+        BudgetError: (a ``ValueError``) not a size, or not positive; names ``name``.
+    """
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
+        raise BudgetError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
     if isinstance(value, int):
         result = value
     elif isinstance(value, str):
         match = _SIZE.match(value)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise ValueError(
+            raise BudgetError(
                 f"{name}={value!r} is not a size: use bytes or a number with one of "
                 "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
             )
         result = int(float(match.group(1)) * _UNITS[unit])
     else:
-        raise ValueError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
+        raise BudgetError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
     if result <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
+        raise BudgetError(f"{name} must be positive, got {value!r}")
     return result
 
 

@@ -13,6 +13,7 @@ import torch
 from episodestream.cache import ResidentEpisode
 from episodestream.datasets._options import ImageDtype
 from episodestream.decode import to_float
+from episodestream.errors import SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader
 from episodestream.sampling import delta_frame_offsets, delta_query
 
@@ -80,7 +81,7 @@ class SampleBuilder:
         image_transforms: ImageTransform | None = None,
     ) -> None:
         if image_dtype not in ("float32", "uint8"):
-            raise ValueError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
+            raise SamplingError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
         self.meta = meta
         self.image_dtype = image_dtype
         self.image_transforms = image_transforms
@@ -92,7 +93,7 @@ class SampleBuilder:
         self.offsets = delta_frame_offsets(delta_timestamps or {}, meta.fps)
         unknown = sorted(set(self.offsets) - set(features))
         if unknown:
-            raise ValueError(
+            raise SamplingError(
                 f"delta_timestamps keys {unknown} are not features of the dataset "
                 f"(have {sorted(features)})"
             )

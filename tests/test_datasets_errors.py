@@ -1,0 +1,119 @@
+"""Bad arguments to the datasets are typed episodestream errors whose message names the
+parameter (and the offending value), raised when the dataset is built, not mid-training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from episodestream import EpisodePoolDataset, EpisodeStreamDataset
+from episodestream.errors import (
+    BudgetError,
+    DatasetFormatError,
+    EpisodeStreamError,
+    LocationError,
+    SamplingError,
+)
+
+BOTH = [EpisodeStreamDataset, EpisodePoolDataset]
+
+CASES: list[tuple[str, dict[str, Any], type[EpisodeStreamError], str]] = [
+    ("unknown episode", {"episodes": [0, 9]}, SamplingError, r"episodes .*\[9\].*0\.\.4"),
+    ("empty episodes", {"episodes": []}, SamplingError, "episodes is empty"),
+    ("repeated episode", {"episodes": [1, 1]}, SamplingError, "episodes lists an episode more"),
+    ("episodes as int", {"episodes": 3}, SamplingError, "episodes must be a list"),
+    (
+        "budget below the largest episode",
+        {"byte_budget": "100KB"},
+        BudgetError,
+        r"byte_budget of 100000 bytes is smaller than episode \d+",
+    ),
+    ("negative budget", {"byte_budget": -5}, BudgetError, "byte_budget must be positive"),
+    ("unparsable budget", {"byte_budget": "8 parsecs"}, BudgetError, "byte_budget='8 parsecs'"),
+    (
+        "non-multiple delta",
+        {"delta_timestamps": {"action": [0.0, 0.01]}},
+        SamplingError,
+        r"delta_timestamps\['action'\] offset 0.01 s is not a multiple of 1/30",
+    ),
+    (
+        "unknown delta key",
+        {"delta_timestamps": {"actions": [0.0]}},
+        SamplingError,
+        r"delta_timestamps keys \['actions'\] are not features",
+    ),
+    ("empty delta", {"delta_timestamps": {"action": []}}, SamplingError, "'action'.* is empty"),
+    ("image dtype", {"image_dtype": "float16"}, SamplingError, "image_dtype.*'float16'"),
+    ("revision off the Hub", {"revision": "main"}, LocationError, "revision='main'.*hf://"),
+]
+
+
+@pytest.mark.parametrize("cls", BOTH, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_bad_argument_is_a_clear_typed_error(
+    cls: type,
+    kwargs: dict[str, Any],
+    error: type[EpisodeStreamError],
+    message: str,
+    lerobot_fixture_root: Path,
+    datasets_cache_dir: Path,
+) -> None:
+    with pytest.raises(error, match=message) as caught:
+        cls(lerobot_fixture_root, cache_dir=datasets_cache_dir, **kwargs)
+    assert isinstance(caught.value, ValueError)  # argument errors stay ValueErrors too
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pool_size": 0}, "pool_size must be >= 1, got 0"),
+        ({"pool_size": -3}, "pool_size must be >= 1, got -3"),
+        ({"pool_size": 2.5}, "pool_size must be an integer"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"prefetch_episodes": -1}, "prefetch_episodes must be >= 0"),
+        ({"decode_threads": -1}, "decode_threads must be >= 0"),
+        ({"max_pending_samples": 0}, "max_pending_samples must be >= 1"),
+    ],
+)
+def test_bad_pool_parameter_is_a_sampling_error(
+    kwargs: dict[str, Any], message: str, lerobot_fixture_root: Path, datasets_cache_dir: Path
+) -> None:
+    with pytest.raises(SamplingError, match=message):
+        EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir, **kwargs)
+
+
+def test_budget_too_small_for_the_pool_names_pool_size(
+    lerobot_fixture_root: Path, datasets_cache_dir: Path
+) -> None:
+    # room for one episode in flight but not for five resident ones
+    with pytest.raises(BudgetError, match=r"5 resident episodes.*pool_size"):
+        EpisodePoolDataset(
+            lerobot_fixture_root, pool_size=5, byte_budget="2MiB", cache_dir=datasets_cache_dir
+        )
+
+
+def test_missing_dataset_is_a_format_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetFormatError, match=r"meta/info\.json"):
+        EpisodeStreamDataset(tmp_path / "absent", cache_dir=tmp_path)
+
+
+def test_bad_index_and_epoch(lerobot_fixture_root: Path, datasets_cache_dir: Path) -> None:
+    with EpisodeStreamDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir) as dataset:
+        assert dataset.locate(-1) == dataset.locate(243) == (4, dataset.locate(243)[1])
+        with pytest.raises(IndexError, match="index 244 out of range for 244 frames"):
+            dataset[244]
+        with pytest.raises(IndexError, match="index -245 out of range"):
+            dataset[-245]
+        with pytest.raises(TypeError, match="index must be an int, got float"):
+            dataset[1.0]  # type: ignore[index]
+    with EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir) as pool:
+        with pytest.raises(SamplingError, match="epoch must be an int >= 0, got -1"):
+            pool.set_epoch(-1)
+        with pytest.raises(SamplingError, match="samples_consumed="):
+            pool.state_dict()  # never iterated here: the caller must say what it consumed
