@@ -267,10 +267,16 @@ class _Lane:
             sink.writelines(batch)  # may call pause_sink() synchronously
         if eof:
             self.finished = True
-            if sink.can_write_eof():
-                sink.write_eof()
-            else:
-                sink.close()
+            try:
+                if sink.can_write_eof():
+                    sink.write_eof()
+                else:
+                    sink.close()
+            except OSError:
+                # the destination reset while we were not reading from it (its lane full):
+                # shutdown() fails and no connection_lost will come; end the link as a reset
+                self.link.abort()
+                return
             self.link.lane_finished()
             return
         if self.source_paused and self.queued_bytes <= self.resume_below and self.source:
