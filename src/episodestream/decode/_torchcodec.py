@@ -79,6 +79,15 @@ def _as_tensor(source: bytes | bytearray | memoryview | torch.Tensor) -> torch.T
         return torch.frombuffer(source, dtype=torch.uint8)
 
 
+class _Frames:
+    """The part of torchcodec's FrameBatch that ``frames_at`` reads."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data = data
+
+
 class TorchcodecDecoder:
     """Decodes a clip with torchcodec's ``VideoDecoder``, opened on the bytes without copying.
 
@@ -257,6 +266,14 @@ class TorchcodecDecoder:
             batch, reason, error = self._ask(unique)
             if batch is not None:
                 return batch
+        # Last resort: FFmpeg 5.1's H.264 decoder with one thread can fail a fresh seek to a
+        # frame still in the reorder buffer at end of stream, while decoding the run of frames
+        # up to it works; that run is at most one clip, and this path is rare.
+        run = np.arange(int(unique[-1]) + 1)
+        batch, _, _ = self._ask(run)
+        if batch is not None:
+            _LOG.info("%s: %s; decoded frames 0..%d instead", self._name, reason, run[-1])
+            return _Frames(batch.data[torch.from_numpy(unique).to(batch.data.device)])
         raise DecodeError(
             f"{self._name}: torchcodec could not decode the frames at "
             f"{self._times[unique[:5]].round(6).tolist()} s: {reason}"
