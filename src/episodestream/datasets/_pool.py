@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ DEFAULT_DECODE_THREADS = 2
 #: bound on waiting for one decoded sample (decode of one multi-camera sample)
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
 _METRICS_WINDOW = 32
+#: threads reading Parquet rows ahead (network-bound reads of entering episodes)
+_ROWS_THREADS = 2
 
 
 class _PoolMetrics:
@@ -362,10 +364,16 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self, engine: StreamEngine, schedule: PoolSchedule, metrics: _PoolMetrics
     ) -> Iterator[dict[str, Any]]:
         cache = engine.cache
+        # entering and upcoming episodes' Parquet rows are read ahead on their own threads, so
+        # a decode thread never waits a network round trip for them
+        rows_executor = ThreadPoolExecutor(
+            max_workers=_ROWS_THREADS, thread_name_prefix="episodestream-rows"
+        )
         rows = EpisodeRows(
             engine.rows,
             self.samples.data_keys,
             capacity=self.params.pool_size + self.prefetch_episodes + 1,
+            executor=rows_executor,
         )
         order = schedule.entry_order
         entry_position = {int(e): i for i, e in enumerate(order.tolist())}
@@ -400,12 +408,14 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                 if event.kind == "enter":
                     metrics.episodes_entered += 1
                     cache.retain(episode)
+                    rows.prefetch(episode)
                     if has_video:
                         cache.prefetch(episode)
                     next_entry = max(next_entry, entry_position[episode] + 1)
                     for upcoming in order[next_entry : next_entry + self.prefetch_episodes]:
                         if not cache.prefetch(int(upcoming)):
                             break
+                        rows.prefetch(int(upcoming))
                 elif event.kind == "draw":
                     resident = residents.get(episode)
                     if resident is None and has_video:
@@ -433,6 +443,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                     yield sample
         finally:
             executor.close()
+            rows_executor.shutdown(wait=True, cancel_futures=True)
 
     # -- introspection --------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
@@ -33,22 +34,42 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 DEFAULT_ROWS_EPISODES = 32
+#: bound on waiting for rows another thread is reading (the reader has its own timeouts)
+_ROWS_WAIT_TIMEOUT_S = 300.0
 
 
 class EpisodeRows:
-    """Decoded Parquet rows of recently used episodes (an LRU by episode count)."""
+    """Decoded Parquet rows of recently used episodes (an LRU by episode count).
+
+    With an ``executor``, :meth:`prefetch` reads an episode's rows in the background, so the
+    decode thread that first needs them (over a WAN: one or two round trips) does not wait.
+    """
 
     def __init__(
         self,
         reader: EpisodeRowReader,
         columns: Sequence[str],
         capacity: int = DEFAULT_ROWS_EPISODES,
+        executor: Executor | None = None,
     ) -> None:
         self._reader = reader
         self._columns = list(columns)
         self._capacity = capacity
+        self._executor = executor
         self._rows: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._loading: dict[int, Future[dict[str, np.ndarray]]] = {}
         self._lock = threading.Lock()
+
+    def prefetch(self, episode: int) -> None:
+        """Start reading ``episode``'s rows in the background (no-op without an executor)."""
+        if self._executor is None:
+            return
+        with self._lock:
+            if episode in self._rows or episode in self._loading:
+                return
+            self._loading[episode] = self._executor.submit(
+                self._reader.rows, episode, self._columns
+            )
 
     def get(self, episode: int) -> dict[str, np.ndarray]:
         with self._lock:
@@ -56,7 +77,16 @@ class EpisodeRows:
             if rows is not None:
                 self._rows.move_to_end(episode)
                 return rows
-        rows = self._reader.rows(episode, self._columns)
+            loading = self._loading.get(episode)
+        if loading is None:
+            rows = self._reader.rows(episode, self._columns)
+        else:
+            try:  # a failed background read raises its own (typed) error here
+                rows = loading.result(timeout=_ROWS_WAIT_TIMEOUT_S)
+            finally:
+                with self._lock:
+                    if self._loading.get(episode) is loading:
+                        del self._loading[episode]
         with self._lock:
             self._rows[episode] = rows
             while len(self._rows) > self._capacity:
