@@ -12,7 +12,7 @@ import torch
 
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
 from episodestream.datasets._options import StreamOptions
-from episodestream.decode import DecoderPool, open_decoder
+from episodestream.decode import DecoderPool, open_decoder, resolve_backend
 from episodestream.errors import BudgetError, DatasetFormatError, LocationError, SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, open_manifest
@@ -52,6 +52,9 @@ def open_dataset(
     root: str | Location, episodes: object, options: StreamOptions, *, root_label: str | None = None
 ) -> OpenedDataset:
     """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest."""
+    # fail fast on a backend that cannot run here; loading it now (torchcodec takes seconds)
+    # also lets forked DataLoader workers inherit it instead of each loading it again
+    resolve_backend(options.decoder, options.device)
     location = Location.parse(root)
     if options.revision is not None:
         if location.kind != "hub":
