@@ -112,26 +112,40 @@ def test_in_process_resume_yields_the_uninterrupted_tail(
             assert [int(sample["index"]) for sample in resumed] == full
 
 
-@pytest.mark.parametrize("batches", [1, 4, 9])
-def test_dataloader_resume_yields_the_uninterrupted_tail(
-    pool: EpisodePoolDataset, synthetic_av1: Path, datasets_cache_dir: Path, batches: int
-) -> None:
-    batch_size = 5
+@pytest.fixture(scope="module")
+def epoch0_batches(pool: EpisodePoolDataset) -> list[list[int]]:
+    """Epoch 0 through DataLoader(batch_size=5, num_workers=2): 2 workers x 52 frames."""
     pool.set_epoch(0)
-    loader = DataLoader(pool, batch_size=batch_size, num_workers=2)
-    full = [batch["index"].tolist() for batch in loader]
+    loader = DataLoader(pool, batch_size=5, num_workers=2)
+    return [batch["index"].tolist() for batch in loader]
+
+
+# after an odd count the interrupted loader would next poll worker 1, a fresh one polls
+# worker 0 first; after an even one both poll worker 0; after 21 batches worker 0 is done
+# (11 batches) and worker 1 has one left
+@pytest.mark.parametrize("batches", [1, 8, 9, 21])
+def test_dataloader_resume_yields_the_uninterrupted_tail(
+    pool: EpisodePoolDataset,
+    epoch0_batches: list[list[int]],
+    synthetic_av1: Path,
+    datasets_cache_dir: Path,
+    batches: int,
+) -> None:
+    full = epoch0_batches
+    assert len(full) == 22 and sorted(i for b in full for i in b) == list(range(TOTAL_FRAMES))
+    pool.set_epoch(0)
     head = []
-    for batch in loader:
+    for batch in DataLoader(pool, batch_size=5, num_workers=2):
         head.append(batch["index"].tolist())
         if len(head) == batches:
             break
     assert head == full[:batches]
     consumed = sum(len(b) for b in head)
-    state = pool.state_dict(samples_consumed=consumed, num_workers=2, batch_size=batch_size)
-    resumed = _pool(synthetic_av1, datasets_cache_dir)
-    resumed.load_state_dict(state)
-    tail = [b["index"].tolist() for b in DataLoader(resumed, batch_size=batch_size, num_workers=2)]
-    resumed.close()
+    state = pool.state_dict(samples_consumed=consumed, num_workers=2, batch_size=5)
+    with _pool(synthetic_av1, datasets_cache_dir) as resumed:
+        resumed.load_state_dict(state)
+        loader = DataLoader(resumed, batch_size=5, num_workers=2)
+        tail = [b["index"].tolist() for b in loader]
     # the same batches in the same order, not only the same samples
     assert tail == full[batches:]
 

@@ -61,7 +61,7 @@ def sim5_root(request: pytest.FixtureRequest, lerobot_fixture_root: Path) -> str
     return request.getfixturevalue("lerobot_sim5_url")
 
 
-@pytest.mark.parametrize("decoder", ["auto", "torchcodec", "pyav"])
+@pytest.mark.parametrize("decoder", ["torchcodec", "pyav"])
 @pytest.mark.parametrize("image_dtype", ["float32", "uint8"])
 def test_samples_equal_lerobot(
     sim5_root: str,
@@ -80,7 +80,7 @@ def test_samples_equal_lerobot(
     assert compared > 24 * 3 * 3 * 96 * 128  # every image pixel and every scalar
 
 
-@pytest.mark.parametrize("decoder", ["auto", "pyav"])
+@pytest.mark.parametrize("decoder", ["torchcodec", "pyav"])
 @pytest.mark.parametrize("image_dtype", ["float32", "uint8"])
 def test_delta_samples_equal_lerobot(
     sim5_root: str,
