@@ -196,7 +196,9 @@ def _index_files(
     paths = [job.path for job in jobs]
     results: list[Any] = [None] * len(paths)
     show = progress and sys.stderr.isatty()
-    bar = tqdm(total=len(paths), desc="indexing videos", unit="file", disable=not show)
+    # no tqdm object at all when hidden: even a disabled bar starts tqdm's monitor thread,
+    # which then outlives the dataset (a thread left running in every process that builds)
+    bar = tqdm(total=len(paths), desc="indexing videos", unit="file") if show else None
     lock = threading.Lock()
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-index")
     futures: dict[Future[Any], int] = {}
@@ -219,11 +221,13 @@ def _index_files(
                         raise error
                     raise ManifestError(f"{paths[futures[future]]}: {error!r}") from error
                 results[futures[future]] = future.result()
-                with lock:
-                    bar.update(1)
+                if bar is not None:
+                    with lock:
+                        bar.update(1)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        bar.close()
+        if bar is not None:
+            bar.close()
     return results
 
 
