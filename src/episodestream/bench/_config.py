@@ -41,8 +41,9 @@ DEFAULT_PREFETCH_EPISODES = 8
 DEFAULT_FETCH_WORKERS = 4
 DEFAULT_DECODE_THREADS = 2
 DEFAULT_FFMPEG_THREADS = 1
-#: Share of the LOCAL (else STREAM) steady rate used as the keep-up target when none is given.
-AUTO_TARGET_SHARE = 0.9
+#: Share of the LOCAL (else STREAM) steady rate used as the keep-up target when none is given:
+#: below the decode ceiling, so keep-up tests refills rather than CPU noise on a shared machine.
+AUTO_TARGET_SHARE = 0.75
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ _MODES: dict[str, dict[str, Any]] = {
         "batch_size": 16,
     },
     # enough samples for the first pool to drain and replacements to stream in
-    "default": {"samples": 2400, "keepup_samples": 2400, "naive_samples": 100, "rounds": 2},
+    "default": {"samples": 2000, "keepup_samples": 2000, "naive_samples": 100, "rounds": 3},
     # every frame of the dataset once
     "full": {
         "samples": 1_000_000,

@@ -89,6 +89,7 @@ def _ratios(report: BenchReport) -> str:
     r = report.ratios
     labels = [
         ("STREAM / LOCAL, steady samples/s", "stream_over_local_steady"),
+        ("STREAM / LOCAL, steady, median of rounds", "stream_over_local_steady_median_of_rounds"),
         ("STREAM / LOCAL, samples/s", "stream_over_local"),
         ("STREAM / LOCAL, samples per CPU second", "stream_over_local_per_cpu_second"),
         ("STREAM / NAIVE, samples/s", "stream_over_naive"),

@@ -132,7 +132,7 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
         "--target-samples-s",
         type=_positive_float,
         default=None,
-        help="keep-up target (default: 0.9 x LOCAL's steady samples/s)",
+        help="keep-up target (default: 0.75 x LOCAL's steady samples/s)",
     )
     run.add_argument("--batch-size", type=_int_at_least(1), default=DEFAULT_BATCH_SIZE)
     run.add_argument(
