@@ -133,6 +133,17 @@ def _index_file(
         raise ManifestError(f"{path}: cannot index: {error}") from error
     if track.num_samples == 0:
         raise ManifestError(f"{path}: the video track has no samples")
+    # A damaged or truncated file can describe samples beyond its end; catch that here, with
+    # the file named, rather than as a failed range read (or a huge budget need) later.
+    ends = track.offsets + track.sizes
+    outside = np.flatnonzero((track.offsets < 0) | (ends > size) | (ends < track.offsets))
+    if outside.size:
+        first = int(outside[0])
+        raise ManifestError(
+            f"{path}: sample {first} lies at bytes {int(track.offsets[first])}-"
+            f"{int(ends[first]) - 1}, outside the {size}-byte file ({outside.size} of "
+            f"{track.num_samples} samples do): the file is damaged or truncated"
+        )
     plans = {name: np.zeros(len(job.rows), dtype=SPAN_FIELDS[name]) for name in _PLAN_FIELDS}
     for i in range(len(job.rows)):
         t0, t1 = float(job.t0[i]), float(job.t1[i])
