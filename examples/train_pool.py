@@ -21,7 +21,7 @@ What makes that work:
 
 ``--stop-after K`` ends the run after step K without a final checkpoint (a simulated crash);
 ``--log-indices DIR`` appends, per rank, one JSON line per step with the sample indices it
-trained on.
+trained on (``rank{r}.jsonl``) and writes the rank's final summary (``result-rank{r}.json``).
 """
 
 from __future__ import annotations
@@ -226,6 +226,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     }
     if log is not None:
         log.close()
+        (args.log_indices / f"result-rank{rank}.json").write_text(json.dumps(result))
     dataset.close()
     dist.destroy_process_group()
     return result

@@ -30,7 +30,7 @@ EPOCHS = 2
 
 @dataclass
 class Run:
-    results: list[dict[str, Any]]  # the JSON line each rank prints at the end, by rank
+    results: list[dict[str, Any]]  # each rank's final summary, by rank
     logs: list[list[dict[str, Any]]]  # per rank: one record per step
     checkpoint: Path
 
@@ -72,8 +72,8 @@ def _torchrun(root: Path, workdir: Path, name: str, checkpoint: Path, *extra: st
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, f"torchrun {name} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    results.sort(key=lambda r: r["rank"])
+    # one file per rank: both ranks print to the same pipe, their lines may interleave
+    results = [json.loads((logs / f"result-rank{rank}.json").read_text()) for rank in range(2)]
     assert [r["rank"] for r in results] == [0, 1], done.stdout
     records = []
     for rank in range(2):
