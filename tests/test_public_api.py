@@ -7,6 +7,7 @@ from episodestream import errors
 PUBLIC_NAMES = [
     "BudgetError",
     "CacheError",
+    "ConfigError",
     "DatasetFormatError",
     "DecodeError",
     "EpisodePoolDataset",

@@ -12,6 +12,7 @@ from typing import Any
 from episodestream.errors import (
     BudgetError,
     CacheError,
+    ConfigError,
     DatasetFormatError,
     DecodeError,
     EpisodeStreamError,
@@ -41,30 +42,33 @@ _LAZY: dict[str, str] = {
     "open_reader": "episodestream.storage",
 }
 
-__all__ = sorted(
-    [
-        "BudgetError",
-        "CacheError",
-        "DatasetFormatError",
-        "DecodeError",
-        "EpisodeStreamError",
-        "FrameNotFoundError",
-        "InvalidResponse",
-        "LocationError",
-        "ManifestError",
-        "Mp4FormatError",
-        "NotFound",
-        "RangeNotSupported",
-        "SamplingError",
-        "ServingError",
-        "StaleSourceError",
-        "StorageError",
-        "StorageTimeout",
-        "UnsupportedMp4Error",
-        "__version__",
-        *_LAZY,
-    ]
-)
+__all__ = [
+    "BudgetError",
+    "CacheError",
+    "ConfigError",
+    "DatasetFormatError",
+    "DecodeError",
+    "EpisodePoolDataset",
+    "EpisodeStreamDataset",
+    "EpisodeStreamError",
+    "FrameNotFoundError",
+    "InvalidResponse",
+    "Location",
+    "LocationError",
+    "ManifestError",
+    "Mp4FormatError",
+    "NotFound",
+    "RangeNotSupported",
+    "SamplingError",
+    "ServingError",
+    "StaleSourceError",
+    "StorageError",
+    "StorageTimeout",
+    "StreamOptions",
+    "UnsupportedMp4Error",
+    "__version__",
+    "open_reader",
+]
 
 
 def __getattr__(name: str) -> Any:

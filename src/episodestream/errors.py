@@ -19,6 +19,7 @@
     ├── DecodeError
     │   └── FrameNotFoundError       no frame within tolerance of a timestamp
     ├── SamplingError                bad pool/shard parameters or resume state
+    ├── ConfigError                  an option outside its accepted values
     └── ServingError                 nginx / WAN emulator could not start or stop
 
 Every library error a user can see is one of these; third-party exceptions are translated
@@ -30,6 +31,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetError",
     "CacheError",
+    "ConfigError",
     "DatasetFormatError",
     "DecodeError",
     "EpisodeStreamError",
@@ -115,6 +117,10 @@ class FrameNotFoundError(DecodeError, LookupError):
 
 class SamplingError(EpisodeStreamError, ValueError):
     """Invalid sampling parameters or resume state."""
+
+
+class ConfigError(EpisodeStreamError, ValueError):
+    """An option outside its accepted values; the message names the option."""
 
 
 class ServingError(EpisodeStreamError):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
-from episodestream.errors import BudgetError
+from episodestream.errors import BudgetError, ConfigError
 
 __all__ = [
     "DEFAULT_BYTE_BUDGET",
@@ -113,13 +113,15 @@ class StreamOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
         if self.decoder not in ("auto", "torchcodec", "pyav"):
-            raise ValueError(f"decoder={self.decoder!r} is not one of 'auto', 'torchcodec', 'pyav'")
+            raise ConfigError(
+                f"decoder={self.decoder!r} is not one of 'auto', 'torchcodec', 'pyav'"
+            )
         for name in ("fetch_workers", "max_open_decoders", "max_decoder_bytes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.ffmpeg_threads < 0:
-            raise ValueError(f"ffmpeg_threads must be >= 0, got {self.ffmpeg_threads}")
+            raise ConfigError(f"ffmpeg_threads must be >= 0, got {self.ffmpeg_threads}")
         if not self.tolerance_s > 0:
-            raise ValueError(f"tolerance_s must be > 0, got {self.tolerance_s}")
+            raise ConfigError(f"tolerance_s must be > 0, got {self.tolerance_s}")
         if not self.wait_timeout_s > 0:
-            raise ValueError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+            raise ConfigError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")

@@ -252,7 +252,7 @@ def read_whole(reader: RangeReader, path: str, *, required: bool = True) -> byte
     except NotFound as error:
         if not required:
             return None
-        raise DatasetFormatError(f"{path}: required file is missing") from error
+        raise DatasetFormatError(f"{path}: required file is missing ({error})") from error
 
 
 def read_parquet(
@@ -268,7 +268,7 @@ def read_parquet(
     except NotFound as error:
         if not required:
             return None
-        raise DatasetFormatError(f"{path}: required file is missing") from error
+        raise DatasetFormatError(f"{path}: required file is missing ({error})") from error
     try:
         if size <= WHOLE_FILE_MAX_BYTES:
             source: Any = pa.BufferReader(reader.read(path, 0, size))
