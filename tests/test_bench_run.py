@@ -136,6 +136,11 @@ def test_one_range_request_per_episode_camera(
     jobs = 6 * 2  # episodes x cameras
     assert report.http["fetch_server"]["requests_by_kind"]["video_range"] == jobs
     assert report.http["stream_server"]["requests_by_kind"]["video_range"] == jobs
+    for phase in ("stream_server", "fetch_server"):
+        server = report.http[phase]
+        assert server["episode_cameras_requested"] == jobs  # every request starts at a span
+        assert server["video_range_requests_unmatched"] == 0
+        assert server["episodes_requested"] == list(range(6))
     assert report.ratios["range_requests_per_episode_camera"] == 1.0
     assert report.targets["range_requests_per_episode_camera"]["met"] is True
     # nginx saw exactly what the report counted, all answered 206

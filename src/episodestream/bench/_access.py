@@ -59,6 +59,14 @@ def range_length(record: AccessLogRecord) -> int | None:
     return None if match is None else int(match.group(2)) - int(match.group(1)) + 1
 
 
+def range_start(record: AccessLogRecord) -> int | None:
+    """First byte of a single ``Range: bytes=a-b`` header, else None."""
+    if not record.range_header:
+        return None
+    match = _RANGE.fullmatch(record.range_header.strip())
+    return None if match is None else int(match.group(1))
+
+
 def summarize(log: AccessLog, records: list[AccessLogRecord]) -> dict[str, Any]:
     """Requests by kind (video ranges, 1-byte probes, other files), statuses, bytes, times."""
     kinds: collections.Counter[str] = collections.Counter()

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream.bench._access import AccessLog, summarize
+from episodestream.bench._access import AccessLog, range_length, range_start, summarize
 from episodestream.bench._config import BenchConfig
 from episodestream.bench._measure import Progress, Sampler, steady_rate
 from episodestream.bench._remote_decoder import RemoteFileDecoder
@@ -92,6 +92,41 @@ def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
         key: value - before.get(key, 0)
         for key, value in after.items()
         if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def span_requests(access: AccessLog, records: list[Any], ds: BenchDataset) -> dict[str, Any]:
+    """Video range requests matched to the episode-camera spans they start at (the server's
+    view): requests per episode-camera requested, and requests that match no span."""
+    manifest = ds.manifest
+    spans = manifest.spans
+    starts: dict[tuple[str, int], tuple[int, int]] = {}
+    for row, episode in enumerate(manifest.episode_index.tolist()):
+        for column in range(len(manifest.cameras)):
+            path = manifest.file_paths[int(spans.file_id[row, column])]
+            starts[(path, int(spans.byte_start[row, column]))] = (int(episode), column)
+    matched = 0
+    unmatched = 0
+    touched: set[tuple[int, int]] = set()
+    for record in records:
+        relative = access.relative(record)
+        if not relative.startswith("videos/") or not record.range_header:
+            continue
+        first = range_start(record)
+        if first is None or range_length(record) == 1:
+            continue
+        key = starts.get((relative, first))
+        if key is None:
+            unmatched += 1
+        else:
+            matched += 1
+            touched.add(key)
+    return {
+        "video_range_requests_matched": matched,
+        "video_range_requests_unmatched": unmatched,
+        "episode_cameras_requested": len(touched),
+        "episodes_requested": sorted({episode for episode, _ in touched}),
+        "video_range_requests_per_episode_camera": matched / len(touched) if touched else None,
     }
 
 
@@ -199,7 +234,6 @@ def run_stream(config: BenchConfig, ds: BenchDataset, access: AccessLog | None) 
     fetched = sequence.entry_order[: min(cache["fetches"], sequence.entry_order.size)]
     payload = int(ds.episode_payload_bytes(fetched).sum()) if fetched.size else 0
     video = int(ds.episode_video_bytes(fetched).sum()) if fetched.size else 0
-    jobs = int(fetched.size) * len(ds.cameras)
     result: dict[str, Any] = {
         "samples": n,
         "open_s": open_s,
@@ -240,10 +274,13 @@ def run_stream(config: BenchConfig, ds: BenchDataset, access: AccessLog | None) 
     }
     if records is not None and access is not None:
         server = summarize(access, records)
-        video_ranges = server["requests_by_kind"].get("video_range", 0)
-        server["video_range_requests_per_episode_camera"] = video_ranges / jobs if jobs else None
+        server.update(span_requests(access, records, ds))
+        # episodes still in flight when the iteration stopped are requested, not counted as
+        # fetched: compare with the episodes the requests were for
+        requested = np.asarray(server["episodes_requested"], dtype=np.int64)
+        requested_video = int(ds.episode_video_bytes(requested).sum()) if requested.size else 0
         server["video_body_over_video_bytes"] = (
-            server["video_body_bytes"] / video if video else None
+            server["video_body_bytes"] / requested_video if requested_video else None
         )
         result["server"] = server
         result["range_requests_per_episode_camera"] = server[
@@ -444,8 +481,7 @@ def run_fetch(
     }
     if records is not None and access is not None:
         server = summarize(access, records)
-        video_ranges = server["requests_by_kind"].get("video_range", 0)
-        server["video_range_requests_per_episode_camera"] = video_ranges / jobs if jobs else None
+        server.update(span_requests(access, records, ds))
         result["server"] = server
         result["range_requests_per_episode_camera"] = server[
             "video_range_requests_per_episode_camera"
