@@ -434,19 +434,21 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
     top.set_ylabel("samples/s")
     top.legend(loc="lower right")
     top.grid(alpha=0.3)
+    # the cache is tiny next to the process: each on its own scale
     bottom.plot(
         times,
         [p["cache_bytes"] / _MIB for p in points],
         color="tab:orange",
-        label="cache (resident + in flight)",
+        label="cache: resident + in flight",
     )
-    bottom.plot(
-        times, [p["rss_bytes"] / _MIB for p in points], color="tab:gray", label="process RSS"
-    )
-    bottom.set_ylabel("MiB")
+    bottom.set_ylabel("cache MiB", color="tab:orange")
     bottom.set_xlabel("seconds since the iteration started")
-    bottom.legend(loc="upper left")
     bottom.grid(alpha=0.3)
+    rss = bottom.twinx()
+    rss.plot(times, [p["rss_bytes"] / _MIB for p in points], color="tab:gray", label="RSS")
+    rss.set_ylabel("process RSS MiB", color="tab:gray")
+    lines = bottom.get_lines() + rss.get_lines()
+    bottom.legend(lines, [line.get_label() for line in lines], loc="lower right")
     figure.suptitle(f"episodestream STREAM: {report.dataset['root']}", fontsize=9)
     figure.tight_layout()
     target = Path(path)
