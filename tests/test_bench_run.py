@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from episodestream.bench import BenchConfig, BenchReport, format_report, run_bench, write_plot
 from episodestream.lerobot import load_dataset_meta
@@ -21,6 +22,7 @@ SAMPLES = 1000  # more than the dataset holds: the whole epoch
 KEEPUP_SAMPLES = 40
 NAIVE_SAMPLES = 10
 BATCH = 8
+TORCH_THREADS = torch.get_num_threads()
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +108,10 @@ def test_json_round_trip_has_every_section(
         assert data[section], section
     assert set(data["tracks"]) == {"stream", "local", "naive", "download"}
     assert data["host"]["shard_index"] == 0 and data["host"]["shard_count"] == 1
+    # torch ran single-threaded inside the benchmark, as in DataLoader workers, and the
+    # process's own setting came back afterwards
+    assert data["host"]["torch_threads"] == 1
+    assert torch.get_num_threads() == TORCH_THREADS
     assert BenchReport.read_json(path) == report
     for name in ("connect_ms", "headers_ms", "first_byte_ms", "body_ms", "retries", "failures"):
         assert name in data["http"]["fetch"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from episodestream.bench._access import AccessLog
 from episodestream.bench._config import AUTO_TARGET_SHARE, BenchConfig
@@ -185,6 +186,16 @@ def _pick_target(config: BenchConfig, tracks: dict[str, dict[str, Any]]) -> tupl
 def run_bench(config: BenchConfig) -> BenchReport:
     """Run the benchmark described by ``config`` on this rank; see the module docstring of
     :mod:`episodestream.bench._tracks` for what each track measures."""
+    previous_threads = torch.get_num_threads()
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    try:
+        return _run_bench(config)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_bench(config: BenchConfig) -> BenchReport:
     started = time.perf_counter()
     rss_at_start = rss_bytes()
     notes: list[str] = []
@@ -389,6 +400,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
         "shard_index": rank,
         "shard_count": world,
         "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "versions": _versions(),
         "started_unix_s": time.time() - (time.perf_counter() - started),

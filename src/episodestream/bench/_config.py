@@ -66,6 +66,9 @@ class BenchConfig:
         fetch_workers: concurrent episode fetches; connections: HTTP connections per host.
         decoder, decode_threads, ffmpeg_threads: decoding, the same in every track.
         batch_size: samples per batch for the randomness and keep-up figures.
+        torch_threads: torch's intra-op threads while the tracks run (restored after); 1 as in
+            DataLoader workers, where torch sets it — more threads make every small tensor op
+            an OpenMP region that spins against the decode threads. ``None``: torch's default.
         rounds: STREAM and LOCAL run this many times, alternating which goes first; each
             reports its best round (shared machines are noisy; every round is kept in the JSON).
         shard_index, shard_count: this rank of a distributed run (``None``: torchrun's
@@ -97,6 +100,7 @@ class BenchConfig:
     ffmpeg_threads: int = DEFAULT_FFMPEG_THREADS
     batch_size: int = DEFAULT_BATCH_SIZE
     rounds: int = 1
+    torch_threads: int | None = 1
     shard_index: int | None = None
     shard_count: int | None = None
     access_log: str | None = None
@@ -132,6 +136,8 @@ class BenchConfig:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         if self.keepup_samples is not None and self.keepup_samples < 0:
             raise ValueError(f"keepup_samples must be >= 0, got {self.keepup_samples}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
         if self.decode_threads < 0 or self.ffmpeg_threads < 0:
             raise ValueError("decode_threads and ffmpeg_threads must be >= 0")
         if self.target_samples_s is not None and not self.target_samples_s > 0:

@@ -386,7 +386,8 @@ def format_report(report: BenchReport) -> str:
         f"Sequence: {report.sequence['samples']} samples (seed {c['seed']}, pool "
         f"{c['pool_size']}, prefetch {c['prefetch_episodes']}, fetch workers "
         f"{c['fetch_workers']}, connections {c['connections']}, decoder {c['decoder']} with "
-        f"{c['decode_threads']} decode threads x {c['ffmpeg_threads']} FFmpeg threads); "
+        f"{c['decode_threads']} decode threads x {c['ffmpeg_threads']} FFmpeg threads, torch "
+        f"threads {h.get('torch_threads', '?')}, {c.get('rounds', 1)} round(s)); "
         f"{fmt(report.seconds, 1)} s in all."
     )
     sections = [

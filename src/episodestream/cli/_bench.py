@@ -96,6 +96,13 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
         default=DEFAULT_FFMPEG_THREADS,
         help="FFmpeg threads per decoder",
     )
+    decode.add_argument(
+        "--torch-threads",
+        type=_int_at_least(0),
+        default=1,
+        help="torch intra-op threads during the run (default 1, as in DataLoader workers; "
+        "0: torch's default)",
+    )
     run = parser.add_argument_group("run")
     run.add_argument(
         "--tracks",
@@ -172,6 +179,7 @@ def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchC
         ffmpeg_threads=args.ffmpeg_threads,
         batch_size=args.batch_size,
         rounds=args.rounds,
+        torch_threads=args.torch_threads or None,
         shard_index=getattr(args, "shard_index", None),
         shard_count=getattr(args, "shard_count", None),
         access_log=getattr(args, "access_log", None),
