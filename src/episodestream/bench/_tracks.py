@@ -516,56 +516,39 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
             name=f"episode {episode} / {camera}",
         )
 
-    # open cost: every resident clip once
+    # open cost: every resident clip once; the decoders then stay open for both passes
     opens: list[float] = []
     decoders: dict[tuple[int, str], Decoder] = {}
+    locks = {(e, c): threading.Lock() for e in residents for c in cameras}
+
+    def decode_one(i: int) -> float:
+        episode = int(sequence.episodes[i])
+        started = time.perf_counter()
+        for c, camera in enumerate(cameras):
+            clip = residents[episode].clips[camera]
+            t = sequence.source_times_s[i, c] - clip.time_offset_s
+            with locks[(episode, camera)]:  # one thread per decoder at a time
+                frames = decoders[(episode, camera)].frames_at([t])
+            to_float(frames)
+        return time.perf_counter() - started
+
+    executor = DecodeExecutor(config.decode_threads, name="episodestream-bench-decode")
     try:
         for episode in residents:
             for camera in cameras:
                 started = time.perf_counter()
                 decoders[(episode, camera)] = open_clip(episode, camera)
                 opens.append(time.perf_counter() - started)
-
-        def decode_one(i: int, leased: Callable[[int, str], Any]) -> float:
-            episode = int(sequence.episodes[i])
-            started = time.perf_counter()
-            for c, camera in enumerate(cameras):
-                clip = residents[episode].clips[camera]
-                t = sequence.source_times_s[i, c] - clip.time_offset_s
-                with leased(episode, camera) as decoder:
-                    to_float(decoder.frames_at([t]))
-            return time.perf_counter() - started
-
-        # one thread, decoders already open: the pure cost of a random sample
-        class _Direct:
-            def __init__(self, decoder: Decoder) -> None:
-                self.decoder = decoder
-
-            def __enter__(self) -> Decoder:
-                return self.decoder
-
-            def __exit__(self, *exc_info: object) -> None:
-                return None
-
-        single = [decode_one(int(i), lambda e, c: _Direct(decoders[(e, c)])) for i in picks]
-    finally:
-        for decoder in decoders.values():
-            decoder.close()
-
-    # the resident pool decoded on decode_threads, opening decoders as the pool does
-    pool: DecoderPool[tuple[int, str]] = DecoderPool()
-    executor = DecodeExecutor(config.decode_threads, name="episodestream-bench-decode")
-    try:
-
-        def leased(episode: int, camera: str) -> Any:
-            return pool.lease((episode, camera), lambda: open_clip(episode, camera))
-
+        # one thread: the pure cost of a random sample
+        single = [decode_one(int(i)) for i in picks]
+        # decode_threads threads: what the resident pool can deliver with nothing to fetch
         started = time.perf_counter()
-        executor.map(lambda i: decode_one(int(i), leased), picks.tolist())
+        executor.map(decode_one, picks.tolist())
         threaded_s = time.perf_counter() - started
     finally:
         executor.close()
-        pool.close()
+        for decoder in decoders.values():
+            decoder.close()
     per_sample = np.asarray(single) * 1000.0
     return {
         "backend": backend,
