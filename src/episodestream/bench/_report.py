@@ -143,23 +143,16 @@ def _fetch(report: BenchReport) -> str:
         ],
     )
     stage_table = markdown_table(
+        ["stage", "ms per camera job"],
         [
-            "ms per camera job",
-            "manifest lookup",
-            "range fetch",
-            "clip write",
-            "store",
-            "range fetch per episode (cameras in parallel)",
-        ],
-        [
+            ["manifest lookup", fmt(stages["manifest_lookup"], 3)],
+            ["range fetch", fmt(stages["range_fetch"], 1)],
+            ["clip write", fmt(stages["clip_write"], 3)],
+            ["store", fmt(stages["store"], 4)],
             [
-                "",
-                fmt(stages["manifest_lookup"], 3),
-                fmt(stages["range_fetch"], 1),
-                fmt(stages["clip_write"], 3),
-                fmt(stages["store"], 4),
+                "range fetch per episode (its cameras in parallel)",
                 fmt(f["ms_per_episode_range_fetch"], 1),
-            ]
+            ],
         ],
     )
     return main + "\n\n" + stage_table
