@@ -575,6 +575,12 @@ class _Rows:
     def __init__(self, reader: RangeReader, ds: BenchDataset) -> None:
         self._reader = EpisodeRowReader(reader, ds.meta)
         self._keys = list(ds.meta.data_keys)
+        # each numeric feature as a tensor of its declared dtype, as the datasets build it
+        self.dtypes = {
+            key: getattr(torch, ds.meta.feature(key).dtype, None)
+            for key in self._keys
+            if ds.meta.feature(key).kind == "numeric"
+        }
         self._rows: dict[int, dict[str, np.ndarray]] = {}
         self._lock = threading.Lock()
 
@@ -588,11 +594,15 @@ class _Rows:
         return rows
 
 
-def _numeric(rows: dict[str, np.ndarray], frame: int) -> dict[str, Any]:
+def _numeric(rows: dict[str, np.ndarray], frame: int, dtypes: dict[str, Any]) -> dict[str, Any]:
     sample: dict[str, Any] = {}
     for key, column in rows.items():
-        value = np.asarray(column[frame])
-        sample[key] = torch.as_tensor(value) if value.dtype.kind in "biuf" else value.tolist()
+        dtype = dtypes.get(key)
+        value = column[frame]
+        if isinstance(dtype, torch.dtype):
+            sample[key] = torch.as_tensor(np.asarray(value)).to(dtype).clone()
+        else:
+            sample[key] = value.tolist() if isinstance(value, np.ndarray) else value
     return sample
 
 
@@ -631,7 +641,7 @@ def run_file_track(
     def build(i: int) -> dict[str, Any]:
         episode = int(sequence.episodes[i])
         frame = int(sequence.frames[i])
-        sample = _numeric(rows.get(episode), frame) if rows is not None else {}
+        sample = _numeric(rows.get(episode), frame, rows.dtypes) if rows is not None else {}
         for c, camera in enumerate(cameras):
             path = paths[(episode, camera)]
             with pool.lease(path, opener(path)) as decoder:
