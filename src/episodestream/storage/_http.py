@@ -12,6 +12,7 @@ signed URL), and credentials go only to the origin they were given for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -204,6 +206,7 @@ class HttpRangeReader:
     # ----------------------------------------------------------------- lifecycle and pickling
 
     def _init_runtime(self) -> None:
+        _LIVE_READERS.add(self)
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._stop = threading.Event()
@@ -241,6 +244,26 @@ class HttpRangeReader:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_runtime()
+
+    def _forget_parent_runtime(self) -> None:
+        """In a forked child (a DataLoader worker): start afresh, keeping pinned validators
+        and resolved redirects.
+
+        The child inherits the parent's kept-alive sockets — two processes on one socket read
+        each other's responses — and a thread pool whose threads did not survive the fork, so
+        work submitted to it would never run. Locks may have been held by parent threads.
+        """
+        closed = self._closed
+        inherited = list(self._pools.values())
+        self._init_runtime()
+        self._closed = closed
+        for pool in inherited:
+            # only this thread exists here, so no lock (a parent thread may have held it);
+            # a plain close() drops this process's descriptor and leaves the parent's
+            # connection intact (no shutdown)
+            for connection in list(pool._idle):
+                with contextlib.suppress(OSError):
+                    connection.close()
 
     def __repr__(self) -> str:
         # Never the credentials.
@@ -1067,6 +1090,17 @@ class HttpRangeReader:
                 attempt += 1
                 self._after_failure(state, 0, 1, attempt, started, failure)
 
+
+# Readers alive in this process: a forked child makes each drop its parent's runtime.
+_LIVE_READERS: weakref.WeakSet[HttpRangeReader] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reader in list(_LIVE_READERS):
+        reader._forget_parent_runtime()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # A body slower than this (after the first read timeout's worth of grace) fails the attempt,
 # so a trickling server cannot hold a read forever.
