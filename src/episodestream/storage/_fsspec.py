@@ -8,7 +8,9 @@ fsspec's contract); everything this layer controls is typed.
 from __future__ import annotations
 
 import email.utils
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -60,6 +62,7 @@ class FsspecRangeReader:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        _LIVE_READERS.add(self)
         self._lock = threading.Lock()
         self._fs: Any = None
         self._root = ""
@@ -77,6 +80,16 @@ class FsspecRangeReader:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_runtime()
+
+    def _forget_parent_runtime(self) -> None:
+        """In a forked child (a DataLoader worker): a fresh filesystem and thread pool.
+
+        fsspec's async filesystems refuse to run in a forked child ("not fork-safe"), and the
+        parent's thread pool has no threads here (work submitted to it would never run).
+        """
+        closed = self._closed
+        self._init_runtime()
+        self._closed = closed
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._location.url!r})"
@@ -296,3 +309,15 @@ class FsspecRangeReader:
             self._fs = None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+
+
+# Readers alive in this process: a forked child makes each drop its parent's runtime.
+_LIVE_READERS: weakref.WeakSet[FsspecRangeReader] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reader in list(_LIVE_READERS):
+        reader._forget_parent_runtime()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
