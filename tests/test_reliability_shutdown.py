@@ -65,6 +65,11 @@ CHILD_TIMEOUT_S = 120.0
 THIRD_PARTY_TMP = {"torchinductor_root"}
 
 
+@pytest.fixture
+def served(http_publish: Callable[..., str], synthetic_av1: Path) -> str:
+    return http_publish(synthetic_av1)
+
+
 def run_child(body: str, tmp_path: Path, *args: str) -> dict[str, Any]:
     """Run ``CENSUS + body`` in a fresh interpreter; its REPORT line as a dict."""
     tmpdir = tmp_path / "tmpdir"
@@ -91,29 +96,171 @@ def run_child(body: str, tmp_path: Path, *args: str) -> dict[str, Any]:
     return result
 
 
-def assert_clean(state: dict[str, Any]) -> None:
-    assert state["threads"] == ["MainThread"], state
-    assert state["sockets"] == 0, state
-    assert state["children"] == [], state
+def check_clean(result: dict[str, Any], moment: str) -> None:
+    state = result[moment]
+    assert state["threads"] == ["MainThread"], (moment, state)
+    assert state["sockets"] == 0, (moment, state)
+    assert state["children"] == [], (moment, state)
 
 
-def test_building_an_index_leaves_no_thread_behind(synthetic_av1: Path, tmp_path: Path) -> None:
-    """A dataset opened without a sidecar builds one (progress off): nothing keeps running."""
+def test_interrupted_iteration_leaves_nothing_running(served: str, tmp_path: Path) -> None:
+    """In one fresh process, over HTTP: open (building the index), then end iteration by
+    KeyboardInterrupt (pool and map-style), by close() from another thread mid-iteration, and
+    by an exception in a decode thread. After each: no thread, socket or child process."""
     result = run_child(
         """
-        from episodestream import EpisodeStreamDataset
-        with EpisodeStreamDataset(sys.argv[1], cache_dir=sys.argv[2]) as dataset:
+        import torch
+        from episodestream import EpisodePoolDataset, EpisodeStreamDataset, EpisodeStreamError
+        url, cache = sys.argv[1], sys.argv[2]
+        out = {}
+
+        def pool(**kw):
+            return EpisodePoolDataset(url, cache_dir=cache, pool_size=2, prefetch_episodes=2,
+                                      decode_threads=2, byte_budget="4MiB", **kw)
+
+        # 1. building the index (progress off) then a few samples
+        with EpisodeStreamDataset(url, cache_dir=cache) as dataset:
             dataset[0]
-        report(after=census())
+        out["after_build"] = census()
+
+        # 2. KeyboardInterrupt raised inside a pool loop; the dataset not even closed yet
+        dataset = pool()
+        try:
+            for number, sample in enumerate(dataset):
+                if number == 10:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        out["pool_interrupted"] = census()  # only the reader's pool may remain, until close
+        dataset.close()
+        out["pool_interrupted_closed"] = census()
+
+        # 3. KeyboardInterrupt inside a map-style loop, then close
+        dataset = EpisodeStreamDataset(url, cache_dir=cache)
+        try:
+            for index in range(len(dataset)):
+                dataset[index]
+                if index == 25:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        dataset.close()
+        out["map_interrupted_closed"] = census()
+
+        # 4. close() from another thread while a pool iterates
+        dataset = pool()
+        seen, ended = [], []
+        def consume():
+            try:
+                for sample in dataset:
+                    seen.append(1)
+                    time.sleep(0.01)
+                ended.append("finished")
+            except EpisodeStreamError as error:
+                ended.append(type(error).__name__)
+            except Exception as error:
+                ended.append("untyped " + repr(error))
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        while len(seen) < 5 and consumer.is_alive():
+            time.sleep(0.01)
+        dataset.close()
+        consumer.join(30)
+        out["closed_mid_iteration"] = {"alive": consumer.is_alive(), "ended": ended,
+                                       "samples": len(seen)}
+        out["closed_mid_iteration_state"] = census()
+
+        # 5. an exception in a decode thread (a failing image transform)
+        def broken(frames):
+            raise ValueError("transform failed")
+        dataset = pool(image_transforms=broken)
+        try:
+            for sample in dataset:
+                pass
+        except ValueError as error:
+            out["transform_error"] = str(error)
+        dataset.close()
+        out["transform_failed_closed"] = census()
+        report(**out)
         """,
         tmp_path,
-        str(synthetic_av1),
+        served,
         str(tmp_path / "cache"),
     )
-    assert_clean(result["after"])
+    for moment in (
+        "after_build",
+        "pool_interrupted_closed",
+        "map_interrupted_closed",
+        "closed_mid_iteration_state",
+        "transform_failed_closed",
+    ):
+        check_clean(result, moment)
+    # interrupted but not yet closed: fetch and decode threads are already gone; only the
+    # reader's connection pool (threads and sockets) lives on until close()
+    interrupted = result["pool_interrupted"]
+    assert all(
+        name == "MainThread" or name.startswith("episodestream-http")
+        for name in interrupted["threads"]
+    ), interrupted
+    stopped = result["closed_mid_iteration"]
+    assert not stopped["alive"], "iteration did not end after close()"
+    assert stopped["ended"] and not stopped["ended"][0].startswith("untyped"), stopped
+    assert result["transform_error"] == "transform failed"
     assert result["tmpdir_left"] == []
+    leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert all(name.endswith((".arrow", ".lock")) for name in leftovers), leftovers
 
 
-@pytest.fixture
-def served(http_publish: Callable[..., str], synthetic_av1: Path) -> str:
-    return http_publish(synthetic_av1)
+def test_dataloader_workers_leave_nothing_running(served: str, tmp_path: Path) -> None:
+    """DataLoader(num_workers=2): abandoning the loop and dropping the loader, and a worker
+    killed mid-epoch (the loader raises), both leave no worker process, thread or socket."""
+    result = run_child(
+        """
+        import signal
+        import torch.utils.data
+        from episodestream import EpisodePoolDataset
+        url, cache = sys.argv[1], sys.argv[2]
+        out = {}
+        dataset = EpisodePoolDataset(url, cache_dir=cache, pool_size=2, prefetch_episodes=2,
+                                     decode_threads=1, byte_budget="4MiB")
+
+        # 1. break out of the loop after a few batches, drop the iterator and the loader
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2)
+        iterator = iter(loader)
+        for _ in range(3):
+            next(iterator)
+        out["workers_running"] = len(children())
+        del iterator, loader
+        out["abandoned"] = census()  # the reader opened here keeps its sockets until close
+
+        # 2. a worker dies (SIGKILL) mid-epoch: the loader must raise, not hang
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2,
+                                             timeout=60)
+        iterator = iter(loader)
+        next(iterator)
+        victim = children()[0]
+        os.kill(victim, signal.SIGKILL)
+        try:
+            for _ in iterator:
+                pass
+            out["worker_killed"] = "no error"
+        except Exception as error:  # torch's RuntimeError, or a reset while passing a tensor
+            out["worker_killed"] = type(error).__name__ + ": " + str(error)[:200]
+        del iterator, loader
+        dataset.close()
+        out["killed_closed"] = census()
+        report(**out)
+        """,
+        tmp_path,
+        served,
+        str(tmp_path / "cache"),
+    )
+    assert result["workers_running"] == 2
+    abandoned = result["abandoned"]
+    assert abandoned["children"] == [] and abandoned["threads"] == ["MainThread"], abandoned
+    assert result["worker_killed"] != "no error"  # raised, did not hang or go on silently
+    check_clean(result, "killed_closed")
+    assert set(abandoned["tmp"]) <= THIRD_PARTY_TMP, abandoned["tmp"]
+    # the SIGKILLed worker could not remove its multiprocessing folder (pymp-*/listener-*,
+    # fd passing for shared tensors); nothing else may be left
+    assert all(name.startswith("pymp-") for name in result["tmpdir_left"]), result["tmpdir_left"]
