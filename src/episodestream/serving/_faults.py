@@ -422,12 +422,20 @@ class _ClientSession:
         has_body = method != "HEAD" and status not in (204, 304) and status >= 200
         length = int(declared) if declared is not None and declared.isdigit() else None
         close_after = (response.get("Connection") or "").lower() == "close"
-        if has_body and length is None:
-            # nginx always declares a length for static files; anything else ends at close
-            close_after = True
+        chunked = "chunked" in (response.get("Transfer-Encoding") or "").lower()
+        if has_body and length is None and not chunked:
+            close_after = True  # a body without length or chunks ends when upstream closes
         self.writer.write(response.encode())
         if not has_body:
             await self._drain()
+            return not close_after
+        if chunked:
+            # (API listings; nginx's static files always declare a length) relayed whole:
+            # body faults apply to Content-Length bodies only
+            await self._relay_chunked()
+            await self._drain()
+            if close_after:
+                self._abort_upstream(reset=False)
             return not close_after
         cut: int | None = None
         if fault is not None and kind in ("reset_body", "truncate", "stall_body"):
@@ -496,6 +504,23 @@ class _ClientSession:
             sent += len(chunk)
             await self._drain()
         return sent
+
+    async def _relay_chunked(self) -> None:
+        """Copy a chunked body as is, through its last chunk and trailers."""
+        assert self.up_reader is not None
+        timeout = self.proxy.io_timeout_s
+        while True:
+            line = await asyncio.wait_for(self.up_reader.readuntil(b"\r\n"), timeout)
+            self.writer.write(line)
+            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while True:  # trailers, then the empty line
+                    trailer = await asyncio.wait_for(self.up_reader.readuntil(b"\r\n"), timeout)
+                    self.writer.write(trailer)
+                    if trailer == b"\r\n":
+                        return
+            self.writer.write(await asyncio.wait_for(self.up_reader.readexactly(size + 2), timeout))
+            await self._drain()
 
     async def _stall(self, seconds: float) -> None:
         """Say nothing for ``seconds`` (capped), or until the client gives up and closes."""
