@@ -52,10 +52,11 @@ def rank_reports(
                 str(out / "cache"),
                 "--no-progress",
                 "--json",
-                str(path),
+                str(out / "rank{rank}.json"),  # the shard index fills in {rank}
             ]
         )
         assert status == 0
+        assert path.is_file()
         paths.append(path)
     return paths
 

@@ -152,8 +152,15 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
     run.add_argument("--work-dir", default=None, help="folder for downloads (default: temp)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
     out = parser.add_argument_group("output")
-    out.add_argument("--json", dest="json_path", default=None, help="write the report here")
-    out.add_argument("--plot", dest="plot_path", default=None, help="write a PNG plot here")
+    out.add_argument(
+        "--json",
+        dest="json_path",
+        default=None,
+        help="write the report here ('{rank}' becomes the shard index, e.g. rank{rank}.json)",
+    )
+    out.add_argument(
+        "--plot", dest="plot_path", default=None, help="write a PNG plot here ('{rank}' too)"
+    )
 
 
 def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchConfig:
@@ -232,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = run_bench(config)
     print(format_report(report))
+    rank = str(report.host["shard_index"])
     if args.json_path:
-        print(f"JSON report: {report.write_json(args.json_path)}")
+        print(f"JSON report: {report.write_json(args.json_path.replace('{rank}', rank))}")
     if args.plot_path:
-        print(f"plot: {write_plot(report, args.plot_path)}")
+        print(f"plot: {write_plot(report, args.plot_path.replace('{rank}', rank))}")
     return 0
