@@ -53,13 +53,16 @@ class Fault:
 
     kinds: ``status`` (answer ``status`` with optional ``retry_after``), ``reset`` (send
     ``after_bytes`` of the body, then a TCP reset), ``truncate`` (promise the full length, send
-    ``after_bytes``, close cleanly), ``stall`` (wait ``delay_seconds`` before the headers, then
-    answer normally), ``wrong_range`` (answer bytes shifted by ``shift`` with a matching
-    Content-Range), ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced
-    by ``data`` before this request is answered). Legal but unusual framings: ``chunked`` (the
-    body in chunks of ``after_bytes`` or 1000), ``no_length`` (HTTP/1.0-style: no length, the
-    body ends when the server closes), ``informational`` (a ``103 Early Hints`` first),
-    ``redirect`` (302 to ``location``).
+    ``after_bytes``, close cleanly), ``stall`` (wait before the headers, then answer normally),
+    ``stall_body`` (send the head and ``after_bytes`` of the body, wait, then the rest),
+    ``wrong_range`` (answer bytes shifted by ``shift`` with a matching Content-Range),
+    ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced by ``data``
+    before this request is answered), ``conflicting_length`` (a second, different
+    Content-Length field). A stall waits ``delay_seconds``, or until ``release`` is set when
+    one is given; never longer than ``MAX_STALL_SECONDS``. Legal but unusual framings:
+    ``chunked`` (the body in chunks of ``after_bytes`` or 1000), ``no_length`` (HTTP/1.0-style:
+    no length, the body ends when the server closes), ``informational`` (a ``103 Early Hints``
+    first), ``redirect`` (302 to ``location``).
     """
 
     kind: Literal[
@@ -67,6 +70,8 @@ class Fault:
         "reset",
         "truncate",
         "stall",
+        "stall_body",
+        "conflicting_length",
         "wrong_range",
         "ignore_range",
         "replace",
@@ -82,6 +87,14 @@ class Fault:
     shift: int = 1
     data: bytes | None = None
     location: str | None = None
+    release: threading.Event | None = None
+
+    def wait(self) -> None:
+        """The stall: until ``release`` is set, else ``delay_seconds``; bounded either way."""
+        if self.release is not None:
+            self.release.wait(MAX_STALL_SECONDS)
+        else:
+            time.sleep(min(self.delay_seconds, MAX_STALL_SECONDS))
 
 
 @dataclass
@@ -105,7 +118,7 @@ def _serve_bytes(
     range_header = handler.headers.get("Range")
     if_range = handler.headers.get("If-Range")
     if fault is not None and fault.kind == "stall":
-        time.sleep(min(fault.delay_seconds, MAX_STALL_SECONDS))
+        fault.wait()
     headers: dict[str, str] = {"Accept-Ranges": "bytes", **(extra_headers or {})}
     if entry.etag:
         headers["ETag"] = entry.etag
@@ -151,7 +164,16 @@ def _serve_bytes(
         handler.close_connection = True
         return
     headers["Content-Length"] = str(len(body))
-    _send_head(handler, status, headers, record)
+    repeated = []
+    if fault is not None and fault.kind == "conflicting_length":
+        repeated.append(("Content-Length", str(len(body) + 1)))
+    _send_head(handler, status, headers, record, repeated)
+    if fault is not None and fault.kind == "stall_body":
+        handler.wfile.write(body[: fault.after_bytes])
+        handler.wfile.flush()
+        fault.wait()
+        handler.wfile.write(body[fault.after_bytes :])
+        return
     if fault is not None and fault.kind in ("reset", "truncate"):
         handler.wfile.write(body[: fault.after_bytes])
         handler.wfile.flush()
@@ -167,11 +189,16 @@ def _serve_bytes(
 
 
 def _send_head(
-    handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], record: RecordedRequest
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    headers: dict[str, str],
+    record: RecordedRequest,
+    repeated: list[tuple[str, str]] | None = None,
 ) -> None:
+    """Status line and ``headers``, then ``repeated`` fields (a name sent a second time)."""
     record.status = status
     handler.send_response(status)
-    for name, value in headers.items():
+    for name, value in [*headers.items(), *(repeated or [])]:
         handler.send_header(name, value)
     handler.end_headers()
 

@@ -462,7 +462,8 @@ class HttpRangeReader:
         results in order, or the first error once everything already running has finished.
 
         Workers pull task indices from one shared iterator (no future per task), and stop
-        pulling after an error.
+        pulling after an error. Helpers that have not started when the caller runs out of
+        tasks are cancelled, never waited for.
         """
         if len(tasks) <= 1:
             return [task() for task in tasks]
@@ -486,7 +487,12 @@ class HttpRangeReader:
             executor = self._pool_executor()
             futures = [executor.submit(work) for _ in range(helpers)]
         work()
-        wait(futures)  # what already runs finishes (bounded by its own timeouts)
+        # The caller's own loop ended, so every task is taken (or an error stopped the run):
+        # a helper still queued behind other callers' downloads has nothing left to do, and
+        # waiting for it to start could take as long as those downloads. Cancel it; wait only
+        # for helpers already running a task (bounded by their own timeouts).
+        running = [future for future in futures if not future.cancel()]
+        wait(running)
         if errors:
             raise errors[0]
         return results

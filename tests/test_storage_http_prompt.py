@@ -1,0 +1,78 @@
+"""The HTTP reader answers promptly: a small read_many never queues behind other callers'
+stalled downloads, and close() interrupts a read blocked on a silent server."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from episodestream.storage import HttpRangeReader, Limits, ReadRequest, RetryPolicy, Timeouts
+from tests.plugins.storage import Fault, FaultServer
+
+pytestmark = pytest.mark.timeout(60)
+
+BIG = "videos/big.mp4"
+SMALL = "meta/small.bin"
+DATA = random.Random(7).randbytes(400_000)
+FAST = RetryPolicy(max_attempts=4, backoff_initial_seconds=0.01, backoff_max_seconds=0.05)
+# Two pool threads; no coalescing, so two ranges are two tasks (one helper per caller).
+TWO_THREADS = Limits(
+    max_concurrency=2, max_connections_per_host=8, split_threshold_bytes=0, coalesce_gap_bytes=-1
+)
+# Longer than any bounded join below: a stalled exchange never ends by timing out first.
+PATIENT = Timeouts(connect_seconds=2, read_seconds=20)
+
+
+def _run(target, errors: list[BaseException], results: list[object]) -> threading.Thread:
+    def body() -> None:
+        try:
+            results.append(target())
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for_requests(server: FaultServer, path: str, count: int) -> None:
+    for _ in range(1000):
+        if len(server.requests_for(path)) >= count:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{path}: fewer than {count} requests arrived")
+
+
+def test_small_read_many_does_not_wait_for_helpers_queued_behind_stalled_downloads(
+    fault_server: FaultServer,
+):
+    fault_server.put(BIG, DATA)
+    fault_server.put(SMALL, DATA[:1000])
+    release = threading.Event()
+    # Two callers, two stalled ranges each: both pool threads are held by stalled exchanges.
+    fault_server.inject(BIG, *[Fault("stall", release=release)] * 4)
+    reader = HttpRangeReader(
+        fault_server.url, limits=TWO_THREADS, timeouts=PATIENT, retry=FAST, seed=0
+    )
+    errors: list[BaseException] = []
+    big_results: list[object] = []
+    big = [ReadRequest(BIG, 0, 100_000), ReadRequest(BIG, 200_000, 100_000)]
+    downloads = [_run(lambda: reader.read_many(big), errors, big_results) for _ in range(2)]
+    try:
+        _wait_for_requests(fault_server, BIG, 4)
+        small_results: list[object] = []
+        small = [ReadRequest(SMALL, 0, 10), ReadRequest(SMALL, 500, 10)]
+        caller = _run(lambda: reader.read_many(small), errors, small_results)
+        caller.join(timeout=4)  # under the server's stall bound: the downloads still hang
+        assert not caller.is_alive(), "read_many waited for helpers that never started"
+        assert not release.is_set() and all(thread.is_alive() for thread in downloads)
+        assert small_results == [[DATA[:10], DATA[500:510]]]
+    finally:
+        release.set()
+        for thread in downloads:
+            thread.join(timeout=10)
+        reader.close()
+    assert not errors
+    assert big_results == [[DATA[:100_000], DATA[200_000:300_000]]] * 2
