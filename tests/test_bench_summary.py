@@ -153,3 +153,11 @@ def test_config_errors_name_the_field(kwargs: dict, message: str) -> None:
 def test_cli_rejects_half_a_shard(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "/nowhere", "--shard-index", "0"]) == 2
     assert "both --shard-index and --shard-count" in capsys.readouterr().err
+
+
+def test_a_rank_without_episodes_is_a_clear_error(
+    lerobot_fixture_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", str(lerobot_fixture_root), "--shard-index", "5", "--shard-count", "8"]
+    assert main([*argv, "--cache-dir", str(tmp_path), "--no-progress"]) == 2
+    assert "rank 5 of 8 owns no episodes" in capsys.readouterr().err

@@ -32,6 +32,7 @@ from episodestream.bench._tracks import (
     run_stream,
     warm_up,
 )
+from episodestream.errors import SamplingError
 from episodestream.storage import LocalRangeReader, redact_url
 
 __all__ = ["REPORT_VERSION", "BenchReport", "run_bench"]
@@ -215,6 +216,11 @@ def _run_bench(config: BenchConfig) -> BenchReport:
     sequence = ds.sequence
     n = len(sequence)
     rank, world = ds.rank, ds.world_size
+    if n == 0:
+        raise SamplingError(
+            f"rank {rank} of {world} owns no episodes ({ds.meta.total_episodes} episodes for "
+            f"{world} ranks): run fewer ranks"
+        )
     logger.info(
         "bench rank %d/%d: %d samples of %d episodes (%d touched), tracks %s",
         rank,
