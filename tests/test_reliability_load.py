@@ -4,7 +4,8 @@ Each process opens the dataset (all four race to build the same sidecar in one s
 folder: one builds under the file lock, the others load its result), streams two epochs,
 checks every sample's frame identity and exact coverage, and counts its Python threads, native
 threads, open file descriptors and sockets before opening, after each epoch and after close.
-No process may fail; nothing may grow from one epoch to the next; after close, Python threads
+Decoding uses PyAV here (torchcodec's import alone costs seconds per process). No process
+may fail; nothing may grow from one epoch to the next; after close, Python threads
 and sockets are back to where they started. Per-process throughput is printed.
 """
 
@@ -24,7 +25,7 @@ CHILD = textwrap.dedent(
     import gc, json, os, sys, threading, time
     from episodestream import EpisodePoolDataset
     from episodestream.demo import read_frame_identity
-    import torchcodec.decoders  # imported up front: open_s then measures the dataset, not imports
+    import av  # imported up front: open_s then measures the dataset, not imports
 
     def census():
         fds = os.listdir("/proc/self/fd")
@@ -46,7 +47,7 @@ CHILD = textwrap.dedent(
     started = time.perf_counter()
     dataset = EpisodePoolDataset(
         url, pool_size=3, prefetch_episodes=3, byte_budget="4MiB", decode_threads=1,
-        seed=worker, cache_dir=cache_dir, image_dtype="uint8",
+        seed=worker, cache_dir=cache_dir, image_dtype="uint8", decoder="pyav",
     )
     report["open_s"] = time.perf_counter() - started
     cameras = dataset.samples.video_keys
