@@ -9,6 +9,7 @@
 
 from episodestream.bench._bench import REPORT_VERSION, BenchReport, run_bench
 from episodestream.bench._config import ALL_TRACKS, BenchConfig, TrackName, detect_shard
+from episodestream.bench._demo import DemoConfig, DemoResult, format_demo, run_demo
 from episodestream.bench._report import format_report, write_plot
 from episodestream.bench._summary import (
     RankRow,
@@ -22,13 +23,17 @@ __all__ = [
     "REPORT_VERSION",
     "BenchConfig",
     "BenchReport",
+    "DemoConfig",
+    "DemoResult",
     "RankRow",
     "RankSummary",
     "TrackName",
     "detect_shard",
+    "format_demo",
     "format_rank_summary",
     "format_report",
     "run_bench",
+    "run_demo",
     "summarize_ranks",
     "write_plot",
 ]
