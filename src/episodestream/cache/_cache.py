@@ -138,11 +138,12 @@ class EpisodeByteCache:
     def byte_budget(self) -> int:
         return self._budget
 
-    def prefetch(self, episode: int) -> bool:
+    def prefetch(self, episode: int, *, evict: bool = False) -> bool:
         """Queue ``episode`` for fetching without blocking.
 
         True when it is resident, in flight or now queued; False when the queue is full or the
-        budget cannot take it yet (try again later).
+        budget cannot take it yet (try again later). With ``evict`` it may evict unretained
+        resident episodes (least recently used first) to make room, as a demand does.
         """
         with self._lock:
             self._check_open()
@@ -151,7 +152,7 @@ class EpisodeByteCache:
             if len(self._queue) >= self._max_queued:
                 return False
             jobs = self._jobs(episode)
-            return self._admit(episode, jobs) is not None
+            return self._admit(episode, jobs, evict=evict) is not None
 
     def wait_ready(self, episode: int, timeout: float) -> ResidentEpisode:
         """Return the resident clips of ``episode``, fetching it first if needed.
@@ -171,7 +172,7 @@ class EpisodeByteCache:
             self._counters["misses"] += 1
             while entry is None:
                 jobs = self._jobs(episode)
-                entry = self._admit(episode, jobs)
+                entry = self._admit(episode, jobs, evict=True)
                 if entry is None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -294,19 +295,37 @@ class EpisodeByteCache:
         self._times["lookup"] += time.perf_counter() - started
         return jobs
 
-    def _admit(self, episode: int, jobs: Sequence[ClipJob]) -> _Entry | None:
-        """Reserve bytes for ``episode`` and queue it; None if the budget cannot take it now."""
+    def _admit(self, episode: int, jobs: Sequence[ClipJob], *, evict: bool) -> _Entry | None:
+        """Reserve bytes for ``episode`` and queue it; None if the budget cannot take it now.
+
+        Only a demand (``evict``) evicts: a prefetch takes free budget or waits its turn, so
+        it never pushes out episodes fetched earlier and needed sooner.
+        """
         need = sum(job.payload_nbytes + job.clip_nbytes for job in jobs)
         if need > self._budget:
             raise BudgetError(
                 f"episode {episode} needs {need} bytes in flight (payload + clips) but the byte "
                 f"budget is {self._budget}: raise the budget"
             )
-        while self._resident_bytes + self._reserved_bytes + need > self._budget:
-            victim = next((e for e in self._lru if not self._retained[e]), None)
-            if victim is None:
+        excess = self._resident_bytes + self._reserved_bytes + need - self._budget
+        if excess > 0:
+            if not evict:
                 return None
-            self._drop_resident(victim)
+            # evict only when that frees enough: otherwise nothing is gained and the victims
+            # (often prefetched episodes about to enter) would be fetched again
+            victims, freed = [], 0
+            for candidate in self._lru:
+                if freed >= excess:
+                    break
+                if not self._retained[candidate]:
+                    victims.append(candidate)
+                    entry = self._entries[candidate]
+                    assert entry.resident is not None
+                    freed += entry.resident.nbytes
+            if freed < excess:
+                return None
+            for victim in victims:
+                self._drop_resident(victim)
         entry = _Entry(episode, jobs, need)
         self._entries[episode] = entry
         self._reserved_bytes += need

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from episodestream.cache._source import ClipJob
@@ -11,6 +12,9 @@ from episodestream.mp4 import TrackIndex, clip_size, write_clip
 from episodestream.storage import RangeReader
 
 __all__ = ["ManifestClipSource"]
+
+# episodes whose planned jobs are kept (a few KiB each)
+_PLANNED_EPISODES = 1024
 
 
 class ManifestClipSource:
@@ -38,6 +42,7 @@ class ManifestClipSource:
         self._root = root
         self._tracks: dict[int, TrackIndex] = {}
         self._checked: set[int] = set()
+        self._jobs: OrderedDict[int, tuple[ClipJob, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -65,6 +70,20 @@ class ManifestClipSource:
             self._checked.add(file_id)
 
     def clip_jobs(self, episode: int) -> Sequence[ClipJob]:
+        # planned once per episode: the cache asks again while it waits for budget
+        with self._lock:
+            known = self._jobs.get(episode)
+            if known is not None:
+                self._jobs.move_to_end(episode)
+                return known
+        jobs = self._plan_jobs(episode)
+        with self._lock:
+            self._jobs[episode] = jobs
+            while len(self._jobs) > _PLANNED_EPISODES:
+                self._jobs.popitem(last=False)
+        return jobs
+
+    def _plan_jobs(self, episode: int) -> tuple[ClipJob, ...]:
         jobs = []
         for camera in self._cameras:
             span = self._manifest.span(episode, camera)
@@ -88,4 +107,4 @@ class ManifestClipSource:
                     build=build,
                 )
             )
-        return jobs
+        return tuple(jobs)

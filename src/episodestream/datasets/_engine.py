@@ -81,12 +81,12 @@ def open_dataset(
             build=options.build_index,
             progress=options.progress,
         )
+        rows = meta.episodes.rows(ids)
+        lengths = meta.episodes.length[rows].astype(np.int64)
+        payload = manifest.episode_bytes().sum(axis=1)[manifest_rows(manifest, ids)]
     except BaseException:
         reader.close()
         raise
-    rows = meta.episodes.rows(ids)
-    lengths = meta.episodes.length[rows].astype(np.int64)
-    payload = manifest.episode_bytes().sum(axis=1)[manifest_rows(manifest, ids)]
     headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
     return OpenedDataset(
         root=label,

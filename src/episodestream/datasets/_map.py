@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,6 +111,11 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
 
     def locate(self, index: int) -> tuple[int, int]:
         """(episode, frame within it) of position ``index``."""
+        row, frame = self._locate_row(index)
+        return int(self.dataset.episode_ids[row]), frame
+
+    def _locate_row(self, index: int) -> tuple[int, int]:
+        """(position of the episode among the selected ones, frame within it)."""
         n = len(self)
         if isinstance(index, bool) or not isinstance(index, int | np.integer):
             raise TypeError(f"index must be an int, got {type(index).__name__}")
@@ -117,23 +123,20 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         if not 0 <= position < n:
             raise IndexError(f"index {index} out of range for {n} frames")
         row = int(np.searchsorted(self._starts, position, side="right")) - 1
-        return int(self.dataset.episode_ids[row]), position - int(self._starts[row])
+        return row, position - int(self._starts[row])
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        episode, frame = self.locate(index)
+        row, frame = self._locate_row(index)
+        episode = int(self.dataset.episode_ids[row])
         engine, rows = self._engine_for_process()
         resident = None
         if self.samples.video_keys:
             resident = engine.cache.wait_ready(episode, timeout=self.options.wait_timeout_s)
-            if self.prefetch_next:
-                self._prefetch_after(engine, episode)
+            if self.prefetch_next and row + 1 < len(self.dataset.episode_ids):
+                # random access has no better guess than the next episode; let it take the
+                # place of the least recently used one
+                engine.cache.prefetch(int(self.dataset.episode_ids[row + 1]), evict=True)
         return self.samples.build(episode, frame, rows.get(episode), resident, engine.frames)
-
-    def _prefetch_after(self, engine: StreamEngine, episode: int) -> None:
-        ids = self.dataset.episode_ids
-        position = int(np.flatnonzero(ids == episode)[0])
-        if position + 1 < len(ids):
-            engine.cache.prefetch(int(ids[position + 1]))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -145,6 +148,8 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
                 )
                 self._rows = EpisodeRows(self._engine.rows, self.samples.data_keys)
                 self._engine_pid = os.getpid()
+                # a dataset dropped without close() must not leave fetch threads and clips
+                self._finalizer = weakref.finalize(self, self._engine.close)
             assert self._rows is not None
             return self._engine, self._rows
 
@@ -176,6 +181,7 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         state["_engine"] = None
         state["_rows"] = None
         state["_engine_pid"] = None
+        state.pop("_finalizer", None)
         del state["_lock"]
         return state
 

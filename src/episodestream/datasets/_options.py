@@ -106,7 +106,8 @@ class StreamOptions:
     cache_dir: str | os.PathLike[str] | None = None
     build_index: bool = True
     progress: bool = False
-    reader_options: dict[str, Any] = field(default_factory=dict)
+    # may hold a token: never in repr()
+    reader_options: dict[str, Any] = field(default_factory=dict, repr=False)
     max_open_decoders: int = DEFAULT_MAX_OPEN_DECODERS
     max_decoder_bytes: int = DEFAULT_MAX_DECODER_BYTES
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import multiprocessing
+import multiprocessing.context
 import os
 import threading
 import time
@@ -168,7 +170,8 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         except BaseException:
             self.dataset.close()
             raise
-        self.epoch = 0
+        # shared with DataLoader workers, so set_epoch reaches persistent workers too
+        self._epoch = multiprocessing.get_context().RawValue("q", 0)
         self._resume: dict[str, Any] | None = None
         self._yielded = 0
         self._iterated_workers: int | None = None
@@ -177,10 +180,15 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
 
     # -- epochs and resume ----------------------------------------------------------------------
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
     def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration draws (also in persistent DataLoader workers)."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise SamplingError(f"epoch must be an int >= 0, got {epoch!r}")
-        self.epoch = epoch
+        self._epoch.value = epoch
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all its workers together)."""
@@ -295,7 +303,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                     f"resume state {name}={state[name]!r} does not match this run's {value!r}"
                     + (" (the episode set differs)" if name == "episodes_digest" else "")
                 )
-        self.epoch = int(state["epoch"])
+        self._epoch.value = int(state["epoch"])
         self._resume = dict(state)
 
     def _resume_slot(self, slot: WorkerSlot, plan) -> tuple[WorkerSlot, int]:
@@ -391,9 +399,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
 
         def pop() -> dict[str, Any] | None:
             kind, item = pending.popleft()
-            if kind == "leave":
-                cache.release(item)
-                residents.pop(item, None)
+            if kind == "leave":  # every sample of the episode is out: close its decoders
                 engine.forget(item)
                 return None
             episode, future = item
@@ -410,7 +416,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                     cache.retain(episode)
                     rows.prefetch(episode)
                     if has_video:
-                        cache.prefetch(episode)
+                        cache.prefetch(episode, evict=True)  # needed now
                     next_entry = max(next_entry, entry_position[episode] + 1)
                     for upcoming in order[next_entry : next_entry + self.prefetch_episodes]:
                         if not cache.prefetch(int(upcoming)):
@@ -435,7 +441,13 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                         sample = pop()
                         if sample is not None:
                             yield sample
-                else:  # leave: after every earlier sample is out
+                else:
+                    # Unpin at once: the pending samples hold their own reference to the
+                    # clips, and a pin kept until they drain could starve the budget while
+                    # this thread blocks in wait_ready for the entering episode (a stall).
+                    cache.release(episode)
+                    cache.evict(episode)  # not drawn again this epoch: room for prefetches
+                    residents.pop(episode, None)
                     pending.append(("leave", episode))
             while pending:
                 sample = pop()
@@ -475,7 +487,18 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         state = self.__dict__.copy()
         state["_engine"] = None
         state["_metrics"] = None
+        if multiprocessing.context.get_spawning_popen() is None:
+            # pickled for something other than starting a worker: shared memory cannot go
+            # there, the epoch travels as a value
+            state["_epoch"] = self.epoch
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["_epoch"], int):
+            epoch = multiprocessing.get_context().RawValue("q", 0)
+            epoch.value = state["_epoch"]
+            state["_epoch"] = epoch
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return (
