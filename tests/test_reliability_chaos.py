@@ -251,6 +251,7 @@ def test_map_epoch_through_random_faults(
     assert sum(result.faults.values()) > 0, "the run saw no fault at all"
     if result.error is not None:
         check_typed_stop(result.error)
+        assert not isinstance(result.error, StaleSourceError), "no file changed: false alarm"
     else:
         assert result.samples == result.expected
     assert result.cache_peak <= BYTE_BUDGET
@@ -439,3 +440,67 @@ def test_file_replaced_between_runs_is_caught_against_the_cached_index(
     ):
         second[0]
     assert "cam_left_wrist/chunk-000/file-000.mp4 changed" in str(caught.value)
+
+
+def test_dataloader_workers_stream_through_random_faults(
+    chaos_link: tuple[FaultProxy, WanEmulator],
+    http_publish: Callable[..., str],
+    synthetic_av1: Path,
+    reference: dict[int, Any],
+    tmp_path: Path,
+) -> None:
+    """DataLoader(num_workers=2): workers forked from a process whose reader already holds
+    connections (opening read the metadata and built the index) stream through the faults."""
+    proxy, emulator = chaos_link
+    url = emulator.rebase_url(http_publish(synthetic_av1))
+    result = RunResult(expected=len(reference), budget=4 * BYTE_BUDGET)
+    seen: set[int] = set()
+    before = len(proxy.records())
+    started = time.perf_counter()
+
+    def work() -> None:
+        with EpisodePoolDataset(
+            url,
+            pool_size=2,
+            prefetch_episodes=1,
+            byte_budget=4 * BYTE_BUDGET,  # split between the two workers
+            decode_threads=1,
+            cache_dir=tmp_path / "cache",
+            image_dtype="uint8",
+            wait_timeout_s=60.0,
+            reader_options=_reader_options(41, tmp_path / "failures.jsonl"),
+        ) as dataset:
+            cameras = dataset.samples.video_keys
+            proxy.set_plan(RandomFaults(FAULT_MENU, rate=0.25, seed=41))
+            loader = torch.utils.data.DataLoader(
+                dataset, batch_size=None, num_workers=2, timeout=60
+            )
+            try:
+                for sample in loader:
+                    index = int(sample["index"])
+                    assert index not in seen, f"sample {index} drawn twice"
+                    seen.add(index)
+                    assert_same_sample(sample, reference[index], cameras)
+                    result.samples += 1
+            except EpisodeStreamError as error:  # re-raised by the DataLoader, type kept
+                result.error = error
+
+    try:
+        run_with_watchdog(work, WATCHDOG_S, "DataLoader chaos")
+    finally:
+        proxy.set_plan(None)
+    result.seconds = time.perf_counter() - started
+    records = proxy.records()[before:]
+    result.requests = len(records)
+    result.faults = collections.Counter(r.fault for r in records if r.fault)
+    print(
+        result.line("EpisodePoolDataset, DataLoader(num_workers=2), seed 41 (retries in workers)")
+    )
+    assert sum(result.faults.values()) > 0
+    if result.error is not None:
+        check_typed_stop(result.error)
+        # no file changed in this run: a StaleSourceError would be a false alarm (e.g. workers
+        # reading each other's responses on sockets inherited from the parent)
+        assert not isinstance(result.error, StaleSourceError), result.error
+    else:
+        assert seen == set(reference)
