@@ -16,9 +16,10 @@ bottleneck link followed by a propagation delay:
   grow past a small high-water mark either.
 
 The proxy runs on its own event loop in one daemon thread; :meth:`WanEmulator.close` aborts
-every connection and joins the thread. Fault injection (503 bursts, resets mid-body, stalls)
-hooks in at :meth:`_Lane.feed` (hold, cut or drop bytes) and :meth:`_Link.connect_upstream`
-(answer without an upstream); neither exists yet.
+every connection and joins the thread. Faults (5xx bursts, 429, resets mid-body, truncated
+bodies, stalls, wrong ranges) need the HTTP framing, which this byte-level proxy does not
+parse: they live in :class:`~episodestream.serving.FaultProxy`; chain the two
+(``WanEmulator(fault_proxy.address, settings)``) for faults over a slow link.
 """
 
 from __future__ import annotations
