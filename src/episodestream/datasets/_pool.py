@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -154,6 +155,14 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self.dataset: OpenedDataset = open_dataset(
             os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, self.options
         )
+        if "max_open_decoders" not in options:
+            # one decoder per resident (and next) episode-camera per decode thread, so random
+            # draws across the pool reuse decoders instead of reopening evicted ones
+            cameras = len(self.dataset.meta.video_keys)
+            wanted = (pool_size + 1) * cameras * max(decode_threads, 1)
+            self.options = dataclasses.replace(
+                self.options, max_open_decoders=max(self.options.max_open_decoders, wanted)
+            )
         try:
             self.samples = SampleBuilder(
                 self.dataset.meta,
