@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from episodestream import StorageError
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest, RetryPolicy, Timeouts
 from tests.plugins.storage import Fault, FaultServer
 
@@ -76,3 +77,31 @@ def test_small_read_many_does_not_wait_for_helpers_queued_behind_stalled_downloa
         reader.close()
     assert not errors
     assert big_results == [[DATA[:100_000], DATA[200_000:300_000]]] * 2
+
+
+def test_close_interrupts_reads_stalled_mid_body_without_retrying(fault_server: FaultServer):
+    fault_server.put(BIG, DATA)
+    release = threading.Event()
+    fault_server.inject(BIG, *[Fault("stall_body", after_bytes=1000, release=release)] * 2)
+    reader = HttpRangeReader(
+        fault_server.url, limits=TWO_THREADS, timeouts=PATIENT, retry=FAST, seed=0
+    )
+    errors: list[BaseException] = []
+    results: list[object] = []
+    # One stalled range in the caller's thread, one in a pool thread.
+    ranges = [ReadRequest(BIG, 0, 100_000), ReadRequest(BIG, 200_000, 100_000)]
+    caller = _run(lambda: reader.read_many(ranges), errors, results)
+    try:
+        _wait_for_requests(fault_server, BIG, 2)
+        closer = threading.Thread(target=reader.close, daemon=True)
+        closer.start()
+        closer.join(timeout=4)  # under the server's stall bound
+        caller.join(timeout=4)
+        assert not closer.is_alive() and not caller.is_alive(), "close() did not interrupt"
+        assert not release.is_set()
+    finally:
+        release.set()
+        caller.join(timeout=10)
+    assert not results and len(errors) == 1
+    assert isinstance(errors[0], StorageError) and "closed" in str(errors[0])
+    assert len(fault_server.requests_for(BIG)) == 2  # no retry after close

@@ -276,7 +276,8 @@ class HttpRangeReader:
         self.close()
 
     def close(self) -> None:
-        """Stop waiting retries, join the worker threads and close every connection."""
+        """Stop waiting retries, interrupt reads in flight, close every connection and join the
+        worker threads; a read interrupted by close raises :class:`StorageError` (no retry)."""
         with self._lock:
             if self._closed:
                 return
@@ -284,11 +285,13 @@ class HttpRangeReader:
             executor, self._executor = self._executor, None
             pools, self._pools = list(self._pools.values()), {}
             self._routes = {}
+        # Stop first, then shut the connections down (a read blocked on a silent server wakes
+        # at once and is not retried), and only then join the threads that were reading.
         self._stop.set()
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
         for pool in pools:
             pool.close()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
 
     @property
     def base_url(self) -> str:
@@ -1015,6 +1018,9 @@ class HttpRangeReader:
         self, state: _FileState, start: int, end: int, attempt: int, started: float, failure: _Retry
     ) -> None:
         """Log a failed attempt, then sleep before the next one or raise the typed error."""
+        if self._stop.is_set():
+            # close() interrupted this attempt (shut its connection down): no retry, no log
+            raise StorageError(f"{self!r} was closed during the read") from failure.error
         elapsed = time.monotonic() - started
         with self._lock:
             delay = self._retry.next_delay(attempt, self._rng, failure.retry_after)

@@ -241,6 +241,9 @@ class WirePool:
         self._on_connect = on_connect
         self._slots = threading.BoundedSemaphore(maxsize)
         self._idle: collections.deque[_Connection] = collections.deque()
+        # Connections handed out and not yet given back: close() shuts them down, so a thread
+        # blocked reading one wakes at once instead of after its read timeout.
+        self._in_use: set[_Connection] = set()
         self._lock = threading.Lock()
         self._closed = False
         default_port = 443 if scheme == "https" else 80
@@ -275,20 +278,32 @@ class WirePool:
                         raise OSError("connection pool is closed")
                     connection = self._idle.pop() if self._idle else None
                 if connection is None:
-                    return self._connect(), False
-                # Only a connection idle for a while is worth a select(): a server drops idle
-                # keep-alives after seconds, and a rare miss is caught by the stale retry.
+                    return self._lend(self._connect()), False
+                # Only a connection idle for a while is worth a liveness check: a server drops
+                # idle keep-alives after seconds, and a rare miss is caught by the stale retry.
                 if time.monotonic() - connection.idle_since < _RECHECK_IDLE_SECONDS:
-                    return connection, True
+                    return self._lend(connection), True
                 if not connection.dropped():
-                    return connection, True
+                    return self._lend(connection), True
                 connection.close()
         except BaseException:
             self._slots.release()
             raise
 
+    def _lend(self, connection: _Connection) -> _Connection:
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._in_use.add(connection)
+        if closed:  # closed while this connection was being made or checked
+            with contextlib.suppress(OSError):
+                connection.close()
+            raise OSError("connection pool is closed")
+        return connection
+
     def _put(self, connection: _Connection, reusable: bool) -> None:
         with self._lock:
+            self._in_use.discard(connection)
             keep = reusable and not self._closed
             if keep:
                 connection.idle_since = time.monotonic()
@@ -392,13 +407,24 @@ class WirePool:
         )
 
     def close(self) -> None:
-        """Close idle connections; connections in use close when given back."""
+        """Close idle connections and shut down those in use.
+
+        A connection in use is shut down, not closed: the thread reading it wakes with EOF or
+        an error at once (closing a descriptor another thread is blocked on does not wake it,
+        and its number could be reused); that thread closes it when giving it back.
+        """
         with self._lock:
             self._closed = True
             idle, self._idle = list(self._idle), collections.deque()
+            in_use = list(self._in_use)
         for connection in idle:
             with contextlib.suppress(OSError):
                 connection.close()
+        for connection in in_use:
+            with contextlib.suppress(OSError):
+                # the plain-socket shutdown, also under TLS: SSLSocket.shutdown would drop the
+                # TLS state under the reading thread's feet
+                socket.socket.shutdown(connection.sock, socket.SHUT_RDWR)
 
 
 class _StaleConnection(Exception):
