@@ -374,6 +374,14 @@ class WirePool:
             if 100 <= status < 200:
                 continue  # 100 Continue, 103 Early Hints: the real answer follows
             break
+        declared_lengths = fields.get("content-length")
+        if declared_lengths is not None and "," in declared_lengths:
+            # Repeated Content-Length fields: one length sent twice is harmless (RFC 9112 6.3),
+            # differing ones make the body's end ambiguous (a response-splitting vector).
+            values = {value.strip() for value in declared_lengths.split(",")}
+            if len(values) != 1:
+                raise WireError(f"differing Content-Length values {declared_lengths[:80]!r}")
+            fields["content-length"] = values.pop()
         headers = Headers(fields)
         connection_tokens = (headers.get("Connection") or "").lower()
         keep_alive = (
@@ -389,7 +397,7 @@ class WirePool:
             declared = headers.get("Content-Length")
             if declared is not None:
                 try:
-                    length = int(declared.split(",")[0])
+                    length = int(declared)
                 except ValueError as error:
                     raise WireError(f"bad Content-Length {declared!r}") from error
                 if length < 0:
