@@ -50,3 +50,28 @@ def test_differing_duplicate_content_lengths_are_rejected(fault_server: FaultSer
             reader.read(PATH, 0, 1000)
         # the pool stayed sane: the next (well-framed) answer is read exactly
         assert reader.read(PATH, 100, 1000) == DATA[100:1100]
+
+
+@pytest.mark.parametrize("location", ["/moved/x\rX-Injected: 1", "/moved/a b", "/moved/\x01"])
+def test_redirect_location_with_control_characters_or_spaces_is_refused(
+    fault_server: FaultServer, location: str
+):
+    fault_server.put(PATH, DATA)
+    fault_server.put("moved/x", DATA)
+    fault_server.inject(PATH, Fault("redirect", location=location))
+    with _reader(fault_server) as reader, pytest.raises(InvalidResponse, match="Location"):
+        reader.read(PATH, 0, 10)
+    assert [r.path for r in fault_server.requests] == [f"/{PATH}"]  # never followed
+
+
+def test_the_transport_refuses_to_send_an_unsafe_request_target(fault_server: FaultServer):
+    pool = _pool(fault_server)
+    try:
+        for target in ("/a\rX-Injected: 1", "/a b", "/a\n"):
+            with pytest.raises(ValueError, match="request target"):
+                pool.get(target, {})
+        with pytest.raises(ValueError, match="header"):
+            pool.get("/a", {"X-Test": "v\r\nX-Injected: 1"})
+    finally:
+        pool.close()
+    assert not fault_server.requests

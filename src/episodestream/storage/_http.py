@@ -594,6 +594,9 @@ class HttpRangeReader:
             ) from error
         except WireError as error:
             raise _Retry(InvalidResponse(f"{redact_url(url)}: {error}")) from error
+        except ValueError as error:
+            # an unsafe request target or header the transport refuses to send: not retried
+            raise StorageError(f"{redact_url(url)}: {error}") from error
         except OSError as error:
             raise _Retry(
                 StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
@@ -709,6 +712,7 @@ class HttpRangeReader:
                             f"{state.label} bytes {start}-{end - 1}: "
                             f"{'too many redirects' if location else 'redirect without Location'}"
                         )
+                    _check_location(location, f"{state.label} bytes {start}-{end - 1}")
                     target = urllib.parse.urljoin(url, location)
                     if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
                         raise InvalidResponse(
@@ -1087,6 +1091,7 @@ class HttpRangeReader:
                     hops += 1
                     if not location or hops > MAX_REDIRECTS:
                         raise InvalidResponse(f"{redact_url(url)}: bad or endless redirects")
+                    _check_location(location, redact_url(url))
                     url = urllib.parse.urljoin(url, location)
                     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
                         raise InvalidResponse(f"redirect to a non-HTTP URL {redact_url(url)!r}")
@@ -1131,6 +1136,20 @@ def _if_range(state: _FileState) -> str | None:
 def _content_length(response: WireResponse) -> int | None:
     declared = response.headers.get("Content-Length")
     return int(declared) if declared is not None and declared.strip().isdigit() else None
+
+
+_UNSAFE_IN_URL = re.compile(r"[\x00-\x20\x7f]")
+
+
+def _check_location(location: str, where: str) -> None:
+    """Refuse a redirect target with control characters or whitespace before it is used: URL
+    parsing silently drops some of them (tab, CR, LF) and the rest would go out in a request
+    line, where a CR splits it (request smuggling)."""
+    if _UNSAFE_IN_URL.search(location):
+        raise InvalidResponse(
+            f"{where}: redirect Location with control characters or whitespace "
+            f"{redact_url(location)[:120]!r}"
+        )
 
 
 def _unsatisfied_total(content_range: str | None) -> int | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import select
 import socket
 import ssl
@@ -29,6 +30,9 @@ _MAX_LINE_BYTES = 64 * 1024
 _MAX_HEADERS = 200
 _READ_BUFFER_BYTES = 256 * 1024
 _RECHECK_IDLE_SECONDS = 1.0
+# Never sent: a CR or LF would end the request line or a header early (request smuggling).
+_UNSAFE_IN_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class WireError(Exception):
@@ -319,6 +323,11 @@ class WirePool:
         A reused connection that turns out closed by the server before any answer byte is
         replaced once by a new connection (a GET is safe to repeat).
         """
+        if _UNSAFE_IN_TARGET.search(target):
+            raise ValueError(f"request target with control characters or spaces: {target[:80]!r}")
+        for name, value in headers.items():
+            if _UNSAFE_IN_HEADER.search(name) or _UNSAFE_IN_HEADER.search(value):
+                raise ValueError(f"header {name[:40]!r} with control characters")
         lines = [f"GET {target} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
