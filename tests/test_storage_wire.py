@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import random
+import socket
 
 import pytest
 
 from episodestream import InvalidResponse
 from episodestream.storage import HttpRangeReader, Limits, RetryPolicy, Timeouts
-from episodestream.storage._wire import WireError, WirePool
+from episodestream.storage._wire import WireError, WirePool, _Connection
 from tests.plugins.storage import Fault, FaultServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -75,3 +77,17 @@ def test_the_transport_refuses_to_send_an_unsafe_request_target(fault_server: Fa
     finally:
         pool.close()
     assert not fault_server.requests
+
+
+def test_idle_liveness_check_works_for_descriptors_above_1024():
+    ours, peer = socket.socketpair()
+    high = fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1500)  # select() cannot watch fd >= 1024
+    ours.close()
+    connection = _Connection(socket.socket(fileno=high))
+    try:
+        assert connection.sock.fileno() >= 1024
+        assert not connection.dropped()  # alive and quiet: kept
+        peer.close()
+        assert connection.dropped()  # closed by the other end: replaced
+    finally:
+        connection.close()

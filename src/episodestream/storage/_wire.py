@@ -82,12 +82,17 @@ class _Connection:
             self.sock.close()
 
     def dropped(self) -> bool:
-        """Whether an idle connection was closed by the server (readable = EOF or junk)."""
+        """Whether an idle connection was closed by the server (readable = EOF or junk).
+
+        ``poll`` rather than ``select``: select() fails for descriptors >= 1024, which a
+        process with many open files reaches — every idle connection would look dropped.
+        """
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
 
 class WireResponse:
