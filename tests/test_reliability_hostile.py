@@ -44,7 +44,7 @@ VIDEO_0 = f"videos/{CAM}/chunk-000/file-000.mp4"  # episodes 0, 1, 2
 EPISODES_PARQUET = "meta/episodes/chunk-000/file-000.parquet"
 # every outcome of every case, for docs/RELIABILITY.md (printed at the end of the module)
 OUTCOMES: collections.Counter[tuple[str, str]] = collections.Counter()
-MESSAGES: list[str] = []
+PEAKS: list[tuple[float, int]] = []  # (seconds, RSS rise) of every case
 
 
 @dataclass
@@ -180,8 +180,7 @@ def check_case(
     names: str | None = None,
 ) -> None:
     OUTCOMES[(name, outcome.label)] += 1
-    if outcome.error is not None:
-        MESSAGES.append(f"{name}: {type(outcome.error).__name__}: {str(outcome.error)[:300]}")
+    PEAKS.append((outcome.seconds, outcome.rss_peak_delta))
     assert outcome.kind in allowed, f"{name}: {outcome.kind} {outcome.error!r}"
     if outcome.kind == "typed" and names is not None:
         assert names in str(outcome.error), f"{name}: error does not name {names}: {outcome.error}"
@@ -284,8 +283,11 @@ def _print_outcomes() -> Any:
     yield
     for (name, label), count in sorted(OUTCOMES.items()):
         print(f"[hostile] {name}: {label} x{count}")
-    for message in MESSAGES:
-        print(f"[hostile-msg] {message}")
+    if PEAKS:
+        print(
+            f"[hostile] {len(PEAKS)} cases: longest {max(p[0] for p in PEAKS):.2f} s, "
+            f"largest RSS rise {max(p[1] for p in PEAKS) / 2**20:.1f} MiB"
+        )
 
 
 def test_truncated_video_is_refused_when_indexed(
