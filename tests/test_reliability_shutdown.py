@@ -204,7 +204,9 @@ def test_interrupted_iteration_leaves_nothing_running(served: str, tmp_path: Pat
     ), interrupted
     stopped = result["closed_mid_iteration"]
     assert not stopped["alive"], "iteration did not end after close()"
-    assert stopped["ended"] and not stopped["ended"][0].startswith("untyped"), stopped
+    # closed after 5 of 104 samples: the loop ends with a typed error, not silently
+    assert stopped["ended"] and stopped["ended"][0] not in ("finished",), stopped
+    assert not stopped["ended"][0].startswith("untyped"), stopped
     assert result["transform_error"] == "transform failed"
     assert result["tmpdir_left"] == []
     leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()]
