@@ -5,8 +5,8 @@ folder: one builds under the file lock, the others load its result), streams two
 checks every sample's frame identity and exact coverage, and counts its Python threads, native
 threads, open file descriptors and sockets before opening, after each epoch and after close.
 Decoding uses PyAV here (torchcodec's import alone costs seconds per process). No process
-may fail; nothing may grow from one epoch to the next; after close, Python threads
-and sockets are back to where they started. Per-process throughput is printed.
+may fail; from one epoch to the next only the reader's bounded pools may grow; after close,
+Python threads and sockets are back to where they started. Per-process throughput is printed.
 """
 
 from __future__ import annotations
