@@ -27,6 +27,8 @@ import pytest
 
 # A handler never sleeps longer than this, whatever a test asks, so a server thread cannot hang.
 MAX_STALL_SECONDS = 5.0
+# a stall released by a test's event: long enough that a loaded machine never ends it first
+MAX_RELEASE_WAIT_SECONDS = 30.0
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
@@ -59,7 +61,8 @@ class Fault:
     ``ignore_range`` (200 with the whole file), ``replace`` (the file is replaced by ``data``
     before this request is answered), ``conflicting_length`` (a second, different
     Content-Length field). A stall waits ``delay_seconds``, or until ``release`` is set when
-    one is given; never longer than ``MAX_STALL_SECONDS``. Legal but unusual framings:
+    one is given; never longer than ``MAX_STALL_SECONDS`` (``MAX_RELEASE_WAIT_SECONDS`` with
+    an event). Legal but unusual framings:
     ``chunked`` (the body in chunks of ``after_bytes`` or 1000), ``no_length`` (HTTP/1.0-style:
     no length, the body ends when the server closes), ``informational`` (a ``103 Early Hints``
     first), ``redirect`` (302 to ``location``).
@@ -92,7 +95,7 @@ class Fault:
     def wait(self) -> None:
         """The stall: until ``release`` is set, else ``delay_seconds``; bounded either way."""
         if self.release is not None:
-            self.release.wait(MAX_STALL_SECONDS)
+            self.release.wait(MAX_RELEASE_WAIT_SECONDS)
         else:
             time.sleep(min(self.delay_seconds, MAX_STALL_SECONDS))
 
