@@ -161,3 +161,11 @@ def test_a_rank_without_episodes_is_a_clear_error(
     argv = ["bench", str(lerobot_fixture_root), "--shard-index", "5", "--shard-count", "8"]
     assert main([*argv, "--cache-dir", str(tmp_path), "--no-progress"]) == 2
     assert "rank 5 of 8 owns no episodes" in capsys.readouterr().err
+
+
+def test_missing_work_dir_is_a_clear_cli_error(tmp_path, capsys):
+    from episodestream.cli import main
+
+    status = main(["bench", str(tmp_path), "--work-dir", str(tmp_path / "absent")])
+    assert status == 2
+    assert "is not an existing folder" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeAlias
 
 from episodestream.datasets import parse_bytes
 from episodestream.decode import BackendName
+from episodestream.errors import ConfigError
 
 __all__ = [
     "ALL_TRACKS",
@@ -117,7 +118,7 @@ class BenchConfig:
         tracks = tuple(dict.fromkeys(("stream", *self.tracks)))
         unknown = [t for t in tracks if t not in ALL_TRACKS]
         if unknown:
-            raise ValueError(f"unknown track(s) {unknown}; choose from {list(ALL_TRACKS)}")
+            raise ConfigError(f"unknown track(s) {unknown}; choose from {list(ALL_TRACKS)}")
         object.__setattr__(self, "tracks", tracks)
         for name in (
             "samples",
@@ -129,34 +130,36 @@ class BenchConfig:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("naive_samples", "decode_samples", "prefetch_episodes", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+                raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
         if self.keepup_samples is not None and self.keepup_samples < 0:
-            raise ValueError(f"keepup_samples must be >= 0, got {self.keepup_samples}")
+            raise ConfigError(f"keepup_samples must be >= 0, got {self.keepup_samples}")
         if self.torch_threads is not None and self.torch_threads < 1:
-            raise ValueError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
+            raise ConfigError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
         if self.decode_threads < 0 or self.ffmpeg_threads < 0:
-            raise ValueError("decode_threads and ffmpeg_threads must be >= 0")
+            raise ConfigError("decode_threads and ffmpeg_threads must be >= 0")
         if self.target_samples_s is not None and not self.target_samples_s > 0:
-            raise ValueError(f"target_samples_s must be > 0, got {self.target_samples_s}")
+            raise ConfigError(f"target_samples_s must be > 0, got {self.target_samples_s}")
         if self.decoder not in ("auto", "torchcodec", "pyav"):
-            raise ValueError(
+            raise ConfigError(
                 f"decoder must be 'auto', 'torchcodec' or 'pyav', got {self.decoder!r}"
             )
         if (self.shard_index is None) != (self.shard_count is None):
-            raise ValueError("give both shard_index and shard_count, or neither")
+            raise ConfigError("give both shard_index and shard_count, or neither")
         if self.shard_count is not None:
             assert self.shard_index is not None
             if self.shard_count < 1 or not 0 <= self.shard_index < self.shard_count:
-                raise ValueError(
+                raise ConfigError(
                     f"shard_index must lie in [0, shard_count), got {self.shard_index} of "
                     f"{self.shard_count}"
                 )
         if not self.wait_timeout_s > 0:
-            raise ValueError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+            raise ConfigError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+        if self.work_dir is not None and not os.path.isdir(self.work_dir):
+            raise ConfigError(f"work_dir {self.work_dir!r} is not an existing folder")
 
     @property
     def effective_keepup_samples(self) -> int:
