@@ -264,5 +264,11 @@ def test_dataloader_workers_leave_nothing_running(served: str, tmp_path: Path) -
     check_clean(result, "killed_closed")
     assert set(abandoned["tmp"]) <= THIRD_PARTY_TMP, abandoned["tmp"]
     # the SIGKILLed worker could not remove its multiprocessing folder (pymp-*/listener-*,
-    # fd passing for shared tensors); nothing else may be left
-    assert all(name.startswith("pymp-") for name in result["tmpdir_left"]), result["tmpdir_left"]
+    # fd passing for shared tensors), and now and then an empty tmp* file of torch's or
+    # multiprocessing's survives that kill; nothing else may be left
+    tmpdir = tmp_path / "tmpdir"
+    for name in result["tmpdir_left"]:
+        path = tmpdir / name
+        assert name.startswith("pymp-") or (
+            name.startswith("tmp") and path.is_file() and path.stat().st_size == 0
+        ), result["tmpdir_left"]
