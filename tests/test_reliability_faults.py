@@ -93,8 +93,11 @@ def test_reader_survives_each_fault_with_exact_bytes(
         assert metrics["status_200"] == 1 and metrics["retries"] == 0
     else:
         assert metrics["retries"] >= 1
-    if kind in ("reset_body", "truncate"):
+    if kind == "truncate":
         assert metrics["resumes"] == 1  # the second request asked only for the missing tail
+    if kind == "reset_body":
+        # a reset discards what the kernel had not handed over yet: resumed, or started over
+        assert metrics["resumes"] <= 1
     if kind == "retry_after":
         assert elapsed >= 0.9  # Retry-After: 1 was honoured
     assert elapsed < 10
