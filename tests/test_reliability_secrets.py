@@ -145,7 +145,7 @@ def test_bench_json_report_holds_no_token(
     monkeypatch.setenv("HF_ENDPOINT", proxy.url)
     caplog.set_level(logging.DEBUG)
     report = tmp_path / "bench.json"
-    (tmp_path / "work").mkdir()  # bench needs an existing --work-dir (a traceback otherwise)
+    (tmp_path / "work").mkdir()
     status = main(
         [
             "-v",
