@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
-from episodestream.datasets._options import StreamOptions
+from episodestream.datasets._options import ImageDtype, StreamOptions
+from episodestream.datasets._samples import ImageTransform, SampleBuilder
 from episodestream.decode import DecoderPool, open_decoder, resolve_backend
 from episodestream.errors import BudgetError, DatasetFormatError, LocationError, SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, open_manifest
 from episodestream.storage import Location, RangeReader, open_reader
 
-__all__ = ["OpenedDataset", "StreamEngine", "open_dataset"]
+__all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +100,40 @@ def open_dataset(
         episode_lengths=lengths,
         episode_nbytes=(payload + headers).astype(np.int64),
     )
+
+
+def open_for_samples(
+    root: str | os.PathLike[str] | Location,
+    episodes: object,
+    options: StreamOptions,
+    *,
+    delta_timestamps: Mapping[str, Sequence[float]] | None,
+    image_dtype: ImageDtype,
+    image_transforms: ImageTransform | None,
+    resident_episodes: int,
+) -> tuple[OpenedDataset, SampleBuilder]:
+    """What both dataset classes open first: the dataset, its sample builder, and a budget
+    check for ``resident_episodes`` pinned at once; the reader is closed on any error."""
+    dataset = open_dataset(
+        os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, options
+    )
+    try:
+        samples = SampleBuilder(
+            dataset.meta,
+            delta_timestamps=delta_timestamps,
+            image_dtype=image_dtype,
+            image_transforms=image_transforms,
+        )
+        check_budget(
+            dataset,
+            options.byte_budget,
+            resident_episodes=min(resident_episodes, len(dataset.episode_ids)),
+            what="byte_budget",
+        )
+    except BaseException:
+        dataset.close()
+        raise
+    return dataset, samples
 
 
 def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:

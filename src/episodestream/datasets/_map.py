@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from episodestream.datasets._engine import OpenedDataset, StreamEngine, check_budget, open_dataset
+from episodestream.datasets._engine import StreamEngine, open_for_samples
 from episodestream.datasets._options import ImageDtype, StreamOptions
-from episodestream.datasets._samples import EpisodeRows, ImageTransform, SampleBuilder
+from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
 from episodestream.storage import Location
 
@@ -60,22 +60,15 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         self.options = StreamOptions(
             revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
         )
-        self.dataset: OpenedDataset = open_dataset(
-            os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, self.options
+        self.dataset, self.samples = open_for_samples(
+            root,
+            episodes,
+            self.options,
+            delta_timestamps=delta_timestamps,
+            image_dtype=image_dtype,
+            image_transforms=image_transforms,
+            resident_episodes=1,
         )
-        try:
-            self.samples = SampleBuilder(
-                self.dataset.meta,
-                delta_timestamps=delta_timestamps,
-                image_dtype=image_dtype,
-                image_transforms=image_transforms,
-            )
-            check_budget(
-                self.dataset, self.options.byte_budget, resident_episodes=1, what="byte_budget"
-            )
-        except BaseException:
-            self.dataset.close()
-            raise
         self.prefetch_next = prefetch_next
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None

@@ -17,9 +17,14 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from episodestream.datasets._engine import OpenedDataset, StreamEngine, check_budget, open_dataset
+from episodestream.datasets._engine import (
+    OpenedDataset,
+    StreamEngine,
+    check_budget,
+    open_for_samples,
+)
 from episodestream.datasets._options import ImageDtype, StreamOptions
-from episodestream.datasets._samples import EpisodeRows, ImageTransform, SampleBuilder
+from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import BackendName, DecodeExecutor
 from episodestream.errors import SamplingError
@@ -152,8 +157,14 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self.options = StreamOptions(
             revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
         )
-        self.dataset: OpenedDataset = open_dataset(
-            os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, self.options
+        self.dataset, self.samples = open_for_samples(
+            root,
+            episodes,
+            self.options,
+            delta_timestamps=delta_timestamps,
+            image_dtype=image_dtype,
+            image_transforms=image_transforms,
+            resident_episodes=pool_size,
         )
         if "max_open_decoders" not in options:
             # one decoder per resident (and next) episode-camera per decode thread, so random
@@ -163,22 +174,6 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             self.options = dataclasses.replace(
                 self.options, max_open_decoders=max(self.options.max_open_decoders, wanted)
             )
-        try:
-            self.samples = SampleBuilder(
-                self.dataset.meta,
-                delta_timestamps=delta_timestamps,
-                image_dtype=image_dtype,
-                image_transforms=image_transforms,
-            )
-            check_budget(
-                self.dataset,
-                self.options.byte_budget,
-                resident_episodes=min(pool_size, len(self.dataset.episode_ids)),
-                what="byte_budget",
-            )
-        except BaseException:
-            self.dataset.close()
-            raise
         # shared with DataLoader workers, so set_epoch reaches persistent workers too
         self._epoch = multiprocessing.get_context().RawValue("q", 0)
         self._resume: dict[str, Any] | None = None
