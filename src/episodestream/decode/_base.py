@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Literal, Protocol, Self, TypeAlias, runtime_checkable
 
@@ -230,6 +230,40 @@ class UseGuard:
             self._lock.release()
             return True
         return False
+
+
+def guarded_frames_at(
+    timestamps_s: Sequence[float] | np.ndarray,
+    tolerance_s: float,
+    *,
+    name: str,
+    frame_times_s: np.ndarray,
+    guard: UseGuard,
+    is_closed: Callable[[], bool],
+    shape: tuple[int, int],
+    device: torch.device | None,
+    fetch: Callable[[np.ndarray], torch.Tensor],
+) -> torch.Tensor:
+    """The shared body of ``Decoder.frames_at``: match ``timestamps_s`` to frames, then call
+    ``fetch`` (under ``guard``) with the distinct presentation indices, ascending, for a
+    ``(n, 3, H, W)`` uint8 tensor in that order, and put its rows back in request order.
+
+    ``shape`` is ``(height, width)`` for the empty result of an empty request.
+    """
+    if is_closed():
+        raise DecodeError(f"{name}: decoder is closed")
+    index = nearest_frame_indices(frame_times_s, timestamps_s, tolerance_s, name=name)
+    with guard:
+        # close() may have flipped the flag since the check above
+        if is_closed():
+            raise DecodeError(f"{name}: decoder is closed")
+        if index.size == 0:
+            return torch.empty((0, 3, *shape), dtype=torch.uint8, device=device)
+        unique, inverse = np.unique(index, return_inverse=True)
+        frames = fetch(unique)
+    if not np.array_equal(unique, index):  # repeated or unsorted timestamps
+        frames = frames[torch.from_numpy(inverse).to(frames.device)]
+    return frames
 
 
 def source_label(source: ClipSource, name: str | None) -> str:

@@ -19,8 +19,8 @@ from episodestream.decode._base import (
     UseGuard,
     check_source,
     estimate_decoder_bytes,
+    guarded_frames_at,
     log_open,
-    nearest_frame_indices,
     source_label,
     source_nbytes,
     validate_frame_times,
@@ -218,27 +218,33 @@ class PyAVDecoder:
         *,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
     ) -> torch.Tensor:
-        if self._closed:
-            raise DecodeError(f"{self._name}: decoder is closed")
-        index = nearest_frame_indices(self._times, timestamps_s, tolerance_s, name=self._name)
-        with self._guard:
-            if self._closed:
-                raise DecodeError(f"{self._name}: decoder is closed")
-            if index.size == 0:
-                return torch.empty((0, 3, self._height, self._width), dtype=torch.uint8)
-            unique, inverse = np.unique(index, return_inverse=True)
-            try:
-                images = self._decode_sorted(unique)
-            except EpisodeStreamError:
-                self._reset()
-                raise
-            except _ffmpeg_errors() as exc:
-                self._reset()
-                raise DecodeError(
-                    f"{self._name}: PyAV failed to decode frames at "
-                    f"{self._times[unique[:5]].round(6).tolist()} s: {exc}"
-                ) from exc
-        stacked = torch.from_numpy(np.stack([images[int(unique[i])] for i in inverse]))
+        return guarded_frames_at(
+            timestamps_s,
+            tolerance_s,
+            name=self._name,
+            frame_times_s=self._times,
+            guard=self._guard,
+            is_closed=lambda: self._closed,
+            shape=(self._height, self._width),
+            device=None,
+            fetch=self._fetch,
+        )
+
+    def _fetch(self, unique: np.ndarray) -> torch.Tensor:
+        """The frames at presentation indices ``unique`` (ascending) as ``(n, 3, H, W)``; the
+        decoder resets itself on a failure so the next call starts clean."""
+        try:
+            images = self._decode_sorted(unique)
+        except EpisodeStreamError:
+            self._reset()
+            raise
+        except _ffmpeg_errors() as exc:
+            self._reset()
+            raise DecodeError(
+                f"{self._name}: PyAV failed to decode frames at "
+                f"{self._times[unique[:5]].round(6).tolist()} s: {exc}"
+            ) from exc
+        stacked = torch.from_numpy(np.stack([images[int(i)] for i in unique]))
         return stacked.permute(0, 3, 1, 2)
 
     def close(self) -> None:

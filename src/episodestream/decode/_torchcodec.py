@@ -22,8 +22,8 @@ from episodestream.decode._base import (
     UseGuard,
     check_source,
     estimate_decoder_bytes,
+    guarded_frames_at,
     log_open,
-    nearest_frame_indices,
     probe_points,
     source_label,
     source_nbytes,
@@ -222,22 +222,17 @@ class TorchcodecDecoder:
         *,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
     ) -> torch.Tensor:
-        if self._closed:
-            raise DecodeError(f"{self._name}: decoder is closed")
-        index = nearest_frame_indices(self._times, timestamps_s, tolerance_s, name=self._name)
-        with self._guard:
-            if self._closed:
-                raise DecodeError(f"{self._name}: decoder is closed")
-            if index.size == 0:
-                return torch.empty(
-                    (0, 3, self._height, self._width), dtype=torch.uint8, device=self._device
-                )
-            unique, inverse = np.unique(index, return_inverse=True)
-            batch = self._fetch(unique)
-        frames = batch.data
-        if not np.array_equal(unique, index):  # repeated or unsorted timestamps
-            frames = frames[torch.from_numpy(inverse).to(frames.device)]
-        return frames
+        return guarded_frames_at(
+            timestamps_s,
+            tolerance_s,
+            name=self._name,
+            frame_times_s=self._times,
+            guard=self._guard,
+            is_closed=lambda: self._closed,
+            shape=(self._height, self._width),
+            device=self._device,
+            fetch=lambda unique: self._fetch(unique).data,
+        )
 
     def _fetch(self, unique: np.ndarray) -> Any:
         """The frames at presentation indices ``unique`` (ascending), each checked to carry
