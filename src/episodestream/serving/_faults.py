@@ -50,12 +50,12 @@ import socket
 import struct
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Protocol, Self
 
-from episodestream.errors import ServingError
+from episodestream.serving._loop import LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -579,19 +579,21 @@ class FaultProxy:
         self._plan: FaultPlan = plan if plan is not None else _NoFaults()
         self._host = host
         self._requested_port = port or 0
-        self._port: int | None = None
         self.io_timeout_s = io_timeout_s
         self.idle_timeout_s = idle_timeout_s
-        self._start_timeout_s = start_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._records: list[FaultRecord] = []
         self._records_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._start_error: BaseException | None = None
+        self._runner = LoopThread(
+            "fault proxy",
+            "episodestream-faults",
+            host=host,
+            port=self._requested_port,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            log=logger,
+        )
 
     # -- plan and records ----------------------------------------------------------------
 
@@ -620,52 +622,19 @@ class FaultProxy:
 
     def start(self) -> Self:
         """Start the proxy thread and wait until it listens; returns ``self``."""
-        if self._thread is not None:
-            raise ServingError("fault proxy already started")
-        self._ready.clear()
-        self._start_error = None
-        self._thread = threading.Thread(target=self._run, name="episodestream-faults", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(self._start_timeout_s):
-            self.close()
-            raise ServingError(f"fault proxy did not start within {self._start_timeout_s} s")
-        if self._start_error is not None:
-            error = self._start_error
-            self._thread.join(self._stop_timeout_s)
-            self._thread = None
-            raise ServingError(
-                f"fault proxy could not listen on {self._host}:{self._requested_port}: {error}"
-            ) from error
-        self._thread.name = f"episodestream-faults-{self._port}"
+        self._runner.start(self._listen, self._abort)
         logger.info("fault proxy %s -> %s:%d", self.url, *self.upstream)
         return self
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            try:
-                self._server = loop.run_until_complete(
-                    asyncio.start_server(
-                        self._accept,
-                        self._host,
-                        self._requested_port,
-                        reuse_address=True,
-                        backlog=1024,
-                        limit=_MAX_HEAD_BYTES,
-                    )
-                )
-            except OSError as error:
-                self._start_error = error
-                return
-            self._port = int(self._server.sockets[0].getsockname()[1])
-            self._loop = loop
-            self._ready.set()
-            loop.run_forever()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._ready.set()
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> Awaitable[asyncio.Server]:
+        return asyncio.start_server(
+            self._accept,
+            self._host,
+            self._requested_port,
+            reuse_address=True,
+            backlog=1024,
+            limit=_MAX_HEAD_BYTES,
+        )
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -685,37 +654,16 @@ class FaultProxy:
         finally:
             self._tasks.discard(task)
 
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    async def _abort(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=self._stop_timeout_s)
-        if self._server is not None:
-            await self._server.wait_closed()
 
     def close(self) -> None:
         """Abort every connection, stop listening and join the thread (bounded); idempotent."""
-        thread, loop = self._thread, self._loop
-        self._thread = None
-        if thread is None:
-            return
-        if loop is not None and loop.is_running():
-            future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            try:
-                future.result(timeout=self._stop_timeout_s)
-            except Exception as error:  # still stop the loop; report after joining
-                logger.warning("fault proxy shutdown: %r", error)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(self._stop_timeout_s)
-        self._loop = None
-        if thread.is_alive():
-            raise ServingError(
-                f"fault proxy thread {thread.name} still alive {self._stop_timeout_s} s after stop"
-            )
-        logger.info("fault proxy on port %s stopped", self._port)
+        self._runner.close(self._abort)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -736,7 +684,7 @@ class FaultProxy:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self._port is not None
+        return self._runner.running
 
     @property
     def host(self) -> str:
@@ -744,9 +692,7 @@ class FaultProxy:
 
     @property
     def port(self) -> int:
-        if self._port is None or not self.running:
-            raise ServingError("fault proxy is not running")
-        return self._port
+        return self._runner.port
 
     @property
     def address(self) -> tuple[str, int]:

@@ -30,13 +30,13 @@ import contextlib
 import logging
 import math
 import socket
-import threading
 import urllib.parse
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from episodestream.errors import ServingError
+from episodestream.serving._loop import LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -438,38 +438,23 @@ class WanEmulator:
         self.settings = settings if settings is not None else WanSettings()
         self._host = host
         self._requested_port = port or 0
-        self._port: int | None = None
-        self._start_timeout_s = start_timeout_s
-        self._stop_timeout_s = stop_timeout_s
         self._counters = _Counters()
         self._links: set[_Link] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._start_error: BaseException | None = None
+        self._runner = LoopThread(
+            "WAN emulator",
+            "episodestream-wan",
+            host=host,
+            port=self._requested_port,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            log=logger,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Self:
         """Start the proxy thread and wait until it listens; returns ``self``."""
-        if self._thread is not None:
-            raise ServingError("WAN emulator already started")
-        self._ready.clear()
-        self._start_error = None
-        self._thread = threading.Thread(target=self._run, name="episodestream-wan", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(self._start_timeout_s):
-            self.close()
-            raise ServingError(f"WAN emulator did not start within {self._start_timeout_s} s")
-        if self._start_error is not None:
-            error = self._start_error
-            self._thread.join(self._stop_timeout_s)
-            self._thread = None
-            raise ServingError(
-                f"WAN emulator could not listen on {self._host}:{self._requested_port}: {error}"
-            ) from error
-        self._thread.name = f"episodestream-wan-{self._port}"
+        self._runner.start(self._listen, self._abort)
         logger.info(
             "WAN emulator %s -> %s:%d (%s)",
             self.url,
@@ -478,66 +463,28 @@ class WanEmulator:
         )
         return self
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            try:
-                self._server = loop.run_until_complete(
-                    loop.create_server(
-                        self._accept,
-                        self._host,
-                        self._requested_port,
-                        reuse_address=True,
-                        backlog=1024,
-                    )
-                )
-            except OSError as error:
-                self._start_error = error
-                return
-            self._port = int(self._server.sockets[0].getsockname()[1])
-            self._loop = loop
-            self._ready.set()
-            loop.run_forever()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._ready.set()
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> Awaitable[asyncio.Server]:
+        return loop.create_server(
+            self._accept,
+            self._host,
+            self._requested_port,
+            reuse_address=True,
+            backlog=1024,
+        )
 
     def _accept(self) -> _Side:
         return _Side(_Link(self, self.settings), is_client=True)
 
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    async def _abort(self) -> None:
         for link in list(self._links):
             link.abort()
         # let the aborted transports run connection_lost and close their sockets
         for _ in range(3):
             await asyncio.sleep(0)
-        if self._server is not None:
-            await self._server.wait_closed()
 
     def close(self) -> None:
         """Abort every connection, stop listening and join the thread (bounded); idempotent."""
-        thread, loop = self._thread, self._loop
-        self._thread = None
-        if thread is None:
-            return
-        if loop is not None and loop.is_running():
-            future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            try:
-                future.result(timeout=self._stop_timeout_s)
-            except Exception as error:  # still stop the loop; report after joining
-                logger.warning("WAN emulator shutdown: %r", error)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(self._stop_timeout_s)
-        self._loop = None
-        if thread.is_alive():
-            raise ServingError(
-                f"WAN emulator thread {thread.name} still alive {self._stop_timeout_s} s after stop"
-            )
-        logger.info("WAN emulator on port %s stopped", self._port)
+        self._runner.close(self._abort)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -558,12 +505,12 @@ class WanEmulator:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self._port is not None
+        return self._runner.running
 
     @property
     def thread_name(self) -> str | None:
         """Name of the proxy thread while running (``episodestream-wan-<port>``)."""
-        return self._thread.name if self._thread is not None else None
+        return self._runner.thread_name
 
     @property
     def host(self) -> str:
@@ -571,9 +518,7 @@ class WanEmulator:
 
     @property
     def port(self) -> int:
-        if self._port is None or not self.running:
-            raise ServingError("WAN emulator is not running")
-        return self._port
+        return self._runner.port
 
     @property
     def url(self) -> str:

@@ -1,0 +1,143 @@
+"""One named daemon thread running its own asyncio event loop around one listening server.
+
+The lifecycle the loopback proxies share: start the thread and wait (bounded) until it
+listens; close by stopping the server and the owner's connections on the loop, stopping the
+loop and joining the thread (bounded), idempotently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
+
+from episodestream.errors import ServingError
+
+__all__ = ["LoopThread"]
+
+#: Opens the server on the given loop (run there by the loop thread).
+Listen: TypeAlias = Callable[[asyncio.AbstractEventLoop], Awaitable[asyncio.Server]]
+
+
+class LoopThread:
+    """The thread, loop and server of one loopback proxy; ``label`` (e.g. ``"fault proxy"``)
+    starts every error and log message, ``thread_name`` names the thread (``-<port>`` is
+    appended once it listens), ``log`` takes the owner's messages."""
+
+    def __init__(
+        self,
+        label: str,
+        thread_name: str,
+        *,
+        host: str,
+        port: int,
+        start_timeout_s: float,
+        stop_timeout_s: float,
+        log: logging.Logger,
+    ) -> None:
+        self._log = log
+        self._label = label
+        self._thread_name = thread_name
+        self._host = host
+        self._requested_port = port
+        self._start_timeout_s = start_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+
+    def start(
+        self,
+        listen: Listen,
+        abort: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Start the thread, run ``listen(loop)`` on its loop and wait until it listens
+        (``abort`` as for :meth:`close`, used when it does not start in time)."""
+        if self._thread is not None:
+            raise ServingError(f"{self._label} already started")
+        self._ready.clear()
+        self._start_error = None
+        self._thread = threading.Thread(
+            target=self._run, args=(listen,), name=self._thread_name, daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(self._start_timeout_s):
+            self.close(abort)
+            raise ServingError(f"{self._label} did not start within {self._start_timeout_s} s")
+        if self._start_error is not None:
+            error = self._start_error
+            self._thread.join(self._stop_timeout_s)
+            self._thread = None
+            raise ServingError(
+                f"{self._label} could not listen on {self._host}:{self._requested_port}: {error}"
+            ) from error
+        self._thread.name = f"{self._thread_name}-{self._port}"
+
+    def _run(self, listen: Listen) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            try:
+                self._server = loop.run_until_complete(listen(loop))
+            except OSError as error:
+                self._start_error = error
+                return
+            self._port = int(self._server.sockets[0].getsockname()[1])
+            self._loop = loop
+            self._ready.set()
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._ready.set()
+
+    async def _shutdown(self, abort: Callable[[], Awaitable[None]]) -> None:
+        if self._server is not None:
+            self._server.close()
+        await abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def close(self, abort: Callable[[], Awaitable[None]]) -> None:
+        """Stop listening, run ``abort()`` on the loop to end the owner's connections, stop the
+        loop and join the thread (bounded); idempotent."""
+        thread, loop = self._thread, self._loop
+        self._thread = None
+        if thread is None:
+            return
+        if loop is not None and loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(self._shutdown(abort), loop)
+            try:
+                future.result(timeout=self._stop_timeout_s)
+            except Exception as error:  # still stop the loop; report after joining
+                self._log.warning("%s shutdown: %r", self._label, error)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(self._stop_timeout_s)
+        self._loop = None
+        if thread.is_alive():
+            raise ServingError(
+                f"{self._label} thread {thread.name} still alive "
+                f"{self._stop_timeout_s} s after stop"
+            )
+        self._log.info("%s on port %s stopped", self._label, self._port)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._port is not None
+
+    @property
+    def thread_name(self) -> str | None:
+        return self._thread.name if self._thread is not None else None
+
+    @property
+    def port(self) -> int:
+        """The listening port; :class:`ServingError` when not running."""
+        if self._port is None or not self.running:
+            raise ServingError(f"{self._label} is not running")
+        return self._port
