@@ -168,7 +168,7 @@ class LocalRangeReader:
             return {"requests": self._requests, "bytes": self._bytes_read}
 
     def close(self) -> None:
-        pass
+        """Nothing to release: every read opens and closes its own descriptor."""
 
     def __enter__(self) -> LocalRangeReader:
         return self
