@@ -52,10 +52,9 @@ import threading
 import urllib.parse
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal, Protocol, Self
 
-from episodestream.serving._loop import LoopThread
+from episodestream.serving._loop import LoopProxy, LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -544,7 +543,7 @@ class _ClientSession:
             writer.transport.abort()
 
 
-class FaultProxy:
+class FaultProxy(LoopProxy):
     """An HTTP/1.1 proxy on loopback that injects the faults ``plan`` chooses.
 
     Use as a context manager, or call :meth:`start` and :meth:`close`.
@@ -661,21 +660,6 @@ class FaultProxy:
         if tasks:
             await asyncio.wait(tasks, timeout=self._stop_timeout_s)
 
-    def close(self) -> None:
-        """Abort every connection, stop listening and join the thread (bounded); idempotent."""
-        self._runner.close(self._abort)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         where = self.url if self.running else "stopped"
         return f"FaultProxy({where} -> {self.upstream[0]}:{self.upstream[1]})"
@@ -683,28 +667,6 @@ class FaultProxy:
     # -- where -----------------------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        return self._runner.running
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._runner.port
-
-    @property
     def address(self) -> tuple[str, int]:
         """``(host, port)`` to put another proxy (e.g. a WanEmulator) in front of this one."""
         return self._host, self.port
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the proxy (no trailing slash)."""
-        return f"http://{self._host}:{self.port}"
-
-    def rebase_url(self, url: str) -> str:
-        """``url`` (on the upstream server) rewritten to go through this proxy."""
-        parts = urllib.parse.urlsplit(url)
-        return urllib.parse.urlunsplit(("http", f"{self._host}:{self.port}", *parts[2:]))

@@ -7,16 +7,19 @@ loop and joining the thread (bounded), idempotently.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from types import TracebackType
+from typing import Self, TypeAlias
 
 from episodestream.errors import ServingError
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopProxy", "LoopThread"]
 
 #: Opens the server on the given loop (run there by the loop thread).
 Listen: TypeAlias = Callable[[asyncio.AbstractEventLoop], Awaitable[asyncio.Server]]
@@ -141,3 +144,57 @@ class LoopThread:
         if self._port is None or not self.running:
             raise ServingError(f"{self._label} is not running")
         return self._port
+
+
+class LoopProxy(abc.ABC):
+    """What the loopback proxies share on top of their :class:`LoopThread`: close, context
+    manager, and where they listen. Subclasses set ``_host`` and ``_runner`` and define
+    ``start()`` and ``_abort()`` (coroutine aborting their connections on the loop)."""
+
+    _host: str
+    _runner: LoopThread
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Start the proxy thread and wait until it listens; returns ``self``."""
+
+    @abc.abstractmethod
+    async def _abort(self) -> None:
+        """Abort the subclass's connections (runs on the loop)."""
+
+    def close(self) -> None:
+        """Abort every connection, stop listening and join the thread (bounded); idempotent."""
+        self._runner.close(self._abort)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._runner.running
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._runner.port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the proxy (no trailing slash)."""
+        return f"http://{self._host}:{self.port}"
+
+    def rebase_url(self, url: str) -> str:
+        """``url`` (on the upstream server) rewritten to go through this proxy."""
+        parts = urllib.parse.urlsplit(url)
+        return urllib.parse.urlunsplit(("http", f"{self._host}:{self.port}", *parts[2:]))

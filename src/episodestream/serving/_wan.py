@@ -33,10 +33,9 @@ import socket
 import urllib.parse
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Self
 
-from episodestream.serving._loop import LoopThread
+from episodestream.serving._loop import LoopProxy, LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -407,7 +406,7 @@ class _Link:
             self.counters.connections_active -= 1
 
 
-class WanEmulator:
+class WanEmulator(LoopProxy):
     """A TCP proxy on loopback that makes ``upstream`` look far away (see module docstring).
 
     Use as a context manager, or call :meth:`start` and :meth:`close`.
@@ -482,21 +481,6 @@ class WanEmulator:
         for _ in range(3):
             await asyncio.sleep(0)
 
-    def close(self) -> None:
-        """Abort every connection, stop listening and join the thread (bounded); idempotent."""
-        self._runner.close(self._abort)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         where = self.url if self.running else "stopped"
         return f"WanEmulator({where} -> {self.upstream[0]}:{self.upstream[1]}, {self.settings})"
@@ -504,35 +488,13 @@ class WanEmulator:
     # -- where and how much ----------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        return self._runner.running
-
-    @property
     def thread_name(self) -> str | None:
         """Name of the proxy thread while running (``episodestream-wan-<port>``)."""
         return self._runner.thread_name
 
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._runner.port
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the emulated side (no trailing slash)."""
-        return f"http://{self._host}:{self.port}"
-
     def url_for(self, path: str = "") -> str:
         """URL of ``path`` on the upstream server, reached through the emulated link."""
         return f"{self.url}/{urllib.parse.quote(path.lstrip('/'))}"
-
-    def rebase_url(self, url: str) -> str:
-        """``url`` (on the upstream server) rewritten to go through the emulated link."""
-        parts = urllib.parse.urlsplit(url)
-        return urllib.parse.urlunsplit(("http", f"{self._host}:{self.port}", *parts[2:]))
 
     def stats(self) -> WanStats:
         counters = self._counters
