@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import os
@@ -318,3 +319,77 @@ def check_source(source: ClipSource, name: str) -> None:
 
 def log_open(backend: str, name: str, frames: int, width: int, height: int) -> None:
     _LOG.debug("opened %s decoder for %s: %d frames %dx%d", backend, name, frames, width, height)
+
+
+class ClipDecoderBase(abc.ABC):
+    """The :class:`Decoder` protocol surface both backends share; a backend sets the fields
+    below in ``__init__`` and defines :meth:`_fetch_frames` and :meth:`close`."""
+
+    _name: str
+    _nbytes: int
+    _width: int
+    _height: int
+    _closed: bool
+    _times: np.ndarray
+    _guard: UseGuard
+    #: where frames are returned (None: the CPU)
+    _frames_device: torch.device | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._closed else self._nbytes
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @property
+    def height(self) -> int:
+        return self._height
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def frame_times(self) -> np.ndarray:
+        return self._times
+
+    def frames_at(
+        self,
+        timestamps_s: Sequence[float] | np.ndarray,
+        *,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+    ) -> torch.Tensor:
+        return guarded_frames_at(
+            timestamps_s,
+            tolerance_s,
+            name=self._name,
+            frame_times_s=self._times,
+            guard=self._guard,
+            is_closed=lambda: self._closed,
+            shape=(self._height, self._width),
+            device=self._frames_device,
+            fetch=self._fetch_frames,
+        )
+
+    @abc.abstractmethod
+    def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
+        """Frames at presentation indices ``unique`` (ascending) as ``(n, 3, H, W)``."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

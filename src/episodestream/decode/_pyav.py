@@ -6,20 +6,18 @@ import io
 import logging
 import os
 from collections.abc import Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
-    DEFAULT_TOLERANCE_S,
+    ClipDecoderBase,
     ClipSource,
     UseGuard,
     check_source,
     estimate_decoder_bytes,
-    guarded_frames_at,
     log_open,
     source_label,
     source_nbytes,
@@ -89,7 +87,7 @@ def _video_stream(container: Any, label: str) -> Any:
     return container.streams.video[0]
 
 
-class PyAVDecoder:
+class PyAVDecoder(ClipDecoderBase):
     """Decodes a clip with PyAV (FFmpeg through Cython), converting to RGB with ``rgb24``.
 
     The clip is demuxed once when opened; its packets stay in memory, so a frame is decoded by
@@ -189,48 +187,7 @@ class PyAVDecoder:
 
     # -- Decoder protocol -------------------------------------------------------------------
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._closed else self._nbytes
-
-    @property
-    def width(self) -> int:
-        return self._width
-
-    @property
-    def height(self) -> int:
-        return self._height
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def frame_times(self) -> np.ndarray:
-        return self._times
-
-    def frames_at(
-        self,
-        timestamps_s: Sequence[float] | np.ndarray,
-        *,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-    ) -> torch.Tensor:
-        return guarded_frames_at(
-            timestamps_s,
-            tolerance_s,
-            name=self._name,
-            frame_times_s=self._times,
-            guard=self._guard,
-            is_closed=lambda: self._closed,
-            shape=(self._height, self._width),
-            device=None,
-            fetch=self._fetch,
-        )
-
-    def _fetch(self, unique: np.ndarray) -> torch.Tensor:
+    def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
         """The frames at presentation indices ``unique`` (ascending) as ``(n, 3, H, W)``; the
         decoder resets itself on a failure so the next call starts clean."""
         try:
@@ -256,17 +213,6 @@ class PyAVDecoder:
                 "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
             )
         self._release()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._times)} frames"

@@ -7,8 +7,7 @@ import logging
 import os
 import warnings
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,13 +15,12 @@ import torch
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
     DEFAULT_SEEK_MODE,
-    DEFAULT_TOLERANCE_S,
+    ClipDecoderBase,
     ClipSource,
     SeekMode,
     UseGuard,
     check_source,
     estimate_decoder_bytes,
-    guarded_frames_at,
     log_open,
     probe_points,
     source_label,
@@ -88,7 +86,7 @@ class _Frames:
         self.data = data
 
 
-class TorchcodecDecoder:
+class TorchcodecDecoder(ClipDecoderBase):
     """Decodes a clip with torchcodec's ``VideoDecoder``, opened on the bytes without copying.
 
     Frames are addressed by their own presentation times: the clip's frame times are read from
@@ -136,6 +134,7 @@ class TorchcodecDecoder:
         if reason is not None:
             raise DecodeError(f"{self._name}: torchcodec cannot be loaded ({reason})")
         self._device = _resolve_device(device, self._name)
+        self._frames_device = self._device
         self._seek_mode = seek_mode
         self._switched = False  # reopened once in the other seek mode (see _fetch)
         if frame_times_s is not None:
@@ -186,22 +185,6 @@ class TorchcodecDecoder:
     # -- Decoder protocol -------------------------------------------------------------------
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._closed else self._nbytes
-
-    @property
-    def width(self) -> int:
-        return self._width
-
-    @property
-    def height(self) -> int:
-        return self._height
-
-    @property
     def device(self) -> torch.device:
         return self._device
 
@@ -209,30 +192,8 @@ class TorchcodecDecoder:
     def seek_mode(self) -> SeekMode:
         return self._seek_mode
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def frame_times(self) -> np.ndarray:
-        return self._times
-
-    def frames_at(
-        self,
-        timestamps_s: Sequence[float] | np.ndarray,
-        *,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-    ) -> torch.Tensor:
-        return guarded_frames_at(
-            timestamps_s,
-            tolerance_s,
-            name=self._name,
-            frame_times_s=self._times,
-            guard=self._guard,
-            is_closed=lambda: self._closed,
-            shape=(self._height, self._width),
-            device=self._device,
-            fetch=lambda unique: self._fetch(unique).data,
-        )
+    def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
+        return self._fetch(unique).data
 
     def _fetch(self, unique: np.ndarray) -> Any:
         """The frames at presentation indices ``unique`` (ascending), each checked to carry
@@ -306,17 +267,6 @@ class TorchcodecDecoder:
         # torchcodec frees FFmpeg state when its decoder object is collected
         self._decoder = None
         self._source = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._times)} frames"
