@@ -171,3 +171,22 @@ def test_pickled_hub_reader_keeps_its_commit(hub):
             V1[99:100],
         ]
     assert len([r for r in hub.hub_requests if "/revision/" in r.path]) == revision_calls
+
+
+def test_pull_request_and_convert_refs_are_resolved_to_their_commits(hub):
+    pr = hub.commit("org/robot", {VIDEO: V2, "meta/info.json": b"{}"}, ref="refs/pr/1")
+    parquet = hub.commit(
+        "org/robot", {"default/train/0000.parquet": b"PAR1"}, ref="refs/convert/parquet"
+    )
+    with _open(hub, "hf://datasets/org/robot@refs/pr/1") as reader:
+        assert reader.commit == pr
+        assert reader.read(VIDEO, 0, 100) == V2[:100]
+    with _open(hub, "hf://datasets/org/robot@refs/convert/parquet/default") as reader:
+        assert reader.commit == parquet
+        assert reader.list_files("") == ["train/0000.parquet"]
+        assert reader.read_file("train/0000.parquet") == b"PAR1"
+    revision_paths = [r.path for r in hub.hub_requests if "/revision/" in r.path]
+    assert revision_paths == [
+        "/api/datasets/org/robot/revision/refs/pr/1",
+        "/api/datasets/org/robot/revision/refs/convert/parquet",
+    ]

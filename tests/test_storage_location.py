@@ -70,12 +70,69 @@ def test_hub_datasets_and_buckets():
 
 
 @pytest.mark.parametrize(
+    ("root", "revision", "path"),
+    [
+        # as huggingface_hub's hf:// grammar takes them: special refs keep their slashes
+        ("hf://datasets/org/name@refs/pr/1", "refs/pr/1", ""),
+        ("hf://datasets/org/name@refs/pr/12/meta/info.json", "refs/pr/12", "meta/info.json"),
+        ("hf://datasets/org/name@refs/convert/parquet", "refs/convert/parquet", ""),
+        (
+            "hf://datasets/org/name@refs/convert/parquet/default/train",
+            "refs/convert/parquet",
+            "default/train",
+        ),
+        ("hf://datasets/org/name@refs/convert/duckdb.v1/x", "refs/convert/duckdb.v1", "x"),
+        ("hf://datasets/org/name@refs%2Fpr%2F3/sub", "refs/pr/3", "sub"),
+        # any other revision ends at the first slash and is percent-decoded
+        ("hf://datasets/org/name@v1.0/videos", "v1.0", "videos"),
+        ("hf://datasets/org/name@feature%2Fx/videos", "feature/x", "videos"),
+        ("hf://datasets/org/name@" + "a" * 40, "a" * 40, ""),
+        # a branch literally named "refs" followed by a folder that is no special ref
+        ("hf://datasets/org/name@refs/heads/main", "refs", "heads/main"),
+        ("hf://datasets/org/name@refs/pr/1x/y", "refs", "pr/1x/y"),
+    ],
+)
+def test_hub_revisions_as_huggingface_hub_writes_them(root, revision, path):
+    location = Location.parse(root)
+    assert (location.repo_id, location.revision, location.path) == ("org/name", revision, path)
+    again = Location.parse(location.url)
+    assert again == location  # the URL it writes parses back to the same location
+
+
+def test_hub_revision_urls_match_huggingface_hub_where_installed():
+    hf_uris = pytest.importorskip("huggingface_hub.utils._hf_uris")
+    for root in (
+        "hf://datasets/org/name@refs/pr/1/a/b",
+        "hf://datasets/org/name@refs/convert/parquet/default",
+        "hf://datasets/org/name@v2.1/sub/dir",
+        "hf://datasets/org/name@feature%2Fx/sub",
+    ):
+        theirs = hf_uris.parse_hf_uri(root)
+        ours = Location.parse(root)
+        assert (ours.repo_id, ours.revision, ours.path) == (
+            theirs.id,
+            theirs.revision,
+            theirs.path_in_repo,
+        )
+        assert ours.url == theirs.to_uri()
+
+
+def test_hub_revision_written_back():
+    assert Location.parse("hf://datasets/o/n@refs/pr/7/x").url == "hf://datasets/o/n@refs/pr/7/x"
+    assert Location.parse("hf://datasets/o/n@feature%2Fx").url == "hf://datasets/o/n@feature%2Fx"
+    assert Location.parse("hf://datasets/o/n").join("a").url == "hf://datasets/o/n/a"
+
+
+@pytest.mark.parametrize(
     "root",
     [
         "hf://models/org/name",
         "hf://org/name",
         "hf://datasets/org",
         "hf://datasets/org/name@",
+        "hf://datasets/org/name@/x",
+        "hf://datasets/org/name@a%20b",
+        "hf://datasets/org/name@a%0Ab",
         "hf://buckets/org/name@main/x",
         "hf://datasets/org/../x",
         "hf://datasets/org/name/../../escape",

@@ -20,6 +20,11 @@ LocationKind = Literal["local", "http", "hub", "fsspec"]
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _HUB_TYPES = ("datasets", "buckets")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+# Revisions that contain slashes and are written as they are after '@' (huggingface_hub's
+# hf:// grammar): pull-request refs and conversion refs. Any other revision with a slash is
+# written percent-encoded (``feature%2Fx``). The ref must end at a '/' or at the end.
+_SPECIAL_REF = re.compile(r"^refs/(?:pr/\d+|convert/[\w.\-]+)(?=/|$)")
+_UNSAFE_REVISION = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,29 +109,30 @@ class Location:
 
     @classmethod
     def _parse_hub(cls, root: str, rest: str) -> Location:
-        segments = rest.split("/")
-        repo_type = segments[0]
+        repo_type, _, body = rest.partition("/")
         if repo_type not in _HUB_TYPES:
             raise LocationError(
                 f"{root!r}: only hf://datasets/ORG/NAME[@REVISION]/... and "
                 "hf://buckets/ORG/NAME/... are supported"
             )
-        if len(segments) < 3 or not segments[1] or not segments[2]:
+        org, _, body = body.partition("/")
+        name, _, inner = body.partition("/")
+        if not org or not name:
             raise LocationError(f"{root!r}: expected hf://{repo_type}/ORG/NAME/...")
-        org, name = segments[1], segments[2]
         revision: str | None = None
         if "@" in name:
-            name, _, revision = name.partition("@")
             if repo_type == "buckets":
                 raise LocationError(f"{root!r}: buckets have no revisions")
-            # A revision with slashes (refs/pr/1) is written percent-encoded in hf:// URIs.
-            revision = urllib.parse.unquote(revision)
+            name, _, after = name.partition("@")
+            revision, inner = _split_revision(f"{after}/{inner}" if inner else after)
             if not revision:
                 raise LocationError(f"{root!r}: empty revision after '@'")
+            if _UNSAFE_REVISION.search(revision):
+                raise LocationError(f"{root!r}: revision with control characters or whitespace")
         for part in (org, name):
             if not _HUB_NAME.match(part):
                 raise LocationError(f"{root!r}: invalid namespace or name {part!r}")
-        inner = "/".join(s for s in segments[3:] if s)
+        inner = "/".join(s for s in inner.split("/") if s)
         return cls(
             "hub",
             "hf",
@@ -144,7 +150,7 @@ class Location:
         if self.kind == "hub":
             revision = ""
             if self.revision is not None:
-                revision = "@" + urllib.parse.quote(self.revision, safe="")
+                revision = "@" + _quote_revision(self.revision)
             base = f"hf://{self.repo_type}/{self.repo_id}{revision}"
             return f"{base}/{self.path}" if self.path else base
         return f"{self.protocol}://{self.path}"
@@ -169,3 +175,25 @@ class Location:
         if self.kind == "hub":
             return replace(self, path=posixpath.join(self.path, clean) if self.path else clean)
         return replace(self, path=f"{self.path}/{clean}")
+
+
+def _split_revision(text: str) -> tuple[str, str]:
+    """``(revision, path)`` from what follows ``@`` in an ``hf://`` root.
+
+    ``refs/pr/N`` and ``refs/convert/NAME`` are taken whole (they contain slashes); any other
+    revision ends at the first ``/`` and is percent-decoded (``feature%2Fx`` is ``feature/x``).
+    """
+    special = _SPECIAL_REF.match(text)
+    if special is not None:
+        revision = special.group()
+        return revision, text[len(revision) :].lstrip("/")
+    revision, _, path = text.partition("/")
+    return urllib.parse.unquote(revision), path
+
+
+def _quote_revision(revision: str) -> str:
+    """``revision`` as written after ``@``: special refs as they are, others percent-encoded."""
+    special = _SPECIAL_REF.match(revision)
+    if special is not None and special.group() == revision:
+        return revision
+    return urllib.parse.quote(revision, safe="")
