@@ -94,13 +94,19 @@ def test_payload_and_plan_must_match_the_index(mp4_cases):
 
 
 def test_spans_without_frames_raise(mp4_cases):
-    _, index = source(mp4_cases["h264"])
-    with pytest.raises(FrameNotFoundError, match="no frame"):
+    _, index = source(mp4_cases["h264"])  # 100 frames at 30 fps from 0 s: played until 10/3 s
+    with pytest.raises(FrameNotFoundError, match=r"no frame.*after the end of the last frame"):
         plan_span(index, 100.0, 101.0)
-    with pytest.raises(FrameNotFoundError):
-        plan_span(index, 1.01, 1.02)  # between two frames
-    with pytest.raises(FrameNotFoundError):
+    with pytest.raises(FrameNotFoundError, match="after the end of the last frame"):
+        plan_span(index, 10 / 3, 10 / 3)
+    with pytest.raises(FrameNotFoundError, match=r"no frame.*before the first frame"):
+        plan_span(index, -1.0, -0.5)
+    with pytest.raises(FrameNotFoundError, match="ends before it starts"):
         plan_span(index, 2.0, 1.0)
+    with pytest.raises(FrameNotFoundError, match="ends before it starts"):
+        plan_span(index, float("nan"), 1.0)
+    between = plan_span(index, 1.01, 1.02)  # between two frames: the one played there
+    assert between.frame_count == 1 and between.first_pts_s == between.last_pts_s == 1.0
 
 
 def test_huge_payload_gets_co64_and_a_64_bit_mdat_without_building_it():

@@ -425,6 +425,24 @@ def full_decode() -> Callable[[Path, str, int | None], DecodedFrames]:
 # --- the exactness oracle ----------------------------------------------------------------
 
 
+def played_in(
+    pts_s: np.ndarray,
+    t0_s: float,
+    t1_s: float,
+    *,
+    tolerance_s: float = 1e-4,
+    last_end_s: float = np.inf,
+) -> np.ndarray:
+    """Indices of the frames (``pts_s`` in presentation order) played in ``[t0_s, t1_s]``.
+
+    The played-at rule written out directly: frame k is shown during
+    ``[pts_s[k], pts_s[k + 1])`` (the last one until ``last_end_s``), and is in the span when
+    that interval meets ``[t0_s, t1_s]`` with both ends counted ``tolerance_s`` later.
+    """
+    ends = np.append(pts_s[1:], last_end_s)
+    return np.flatnonzero((pts_s <= t1_s + tolerance_s) & (ends > t0_s + tolerance_s))
+
+
 def assert_clip_matches_source(
     index,  # episodestream.mp4.TrackIndex
     plan,  # episodestream.mp4.SpanPlan
@@ -436,7 +454,7 @@ def assert_clip_matches_source(
     tolerance_s: float = 1e-4,
     identity: Callable[[float], int] | None = None,
 ) -> None:
-    """The clip shows every source frame presented in [t0, t1], identically, and nothing else.
+    """The clip shows every source frame played in [t0, t1], identically, and nothing else.
 
     - each source frame presented in the span comes out of the clip with identical pixels
       at clip time + ``plan.time_offset_s`` == its source time (within 1e-6 s);
@@ -455,9 +473,7 @@ def assert_clip_matches_source(
     assert np.all(np.abs(clip_src_s - clip_ticks / ts) < 1e-6), "clip times off the tick grid"
     assert len(set(clip_ticks.tolist())) == clip_ticks.shape[0], "clip repeats a time"
 
-    wanted = np.flatnonzero(
-        (source.pts_s >= t0_s - tolerance_s) & (source.pts_s <= t1_s + tolerance_s)
-    )
+    wanted = played_in(source.pts_s, t0_s, t1_s, tolerance_s=tolerance_s)
     assert plan.frame_count == wanted.shape[0], (plan.frame_count, wanted.shape[0])
     assert abs(plan.first_pts_s - source.pts_s[wanted[0]]) < 1e-9
     assert abs(plan.last_pts_s - source.pts_s[wanted[-1]]) < 1e-9

@@ -35,10 +35,17 @@ def clip_file(
     track_id: int | None = None,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
 ) -> Clip:
-    """Clip the frames presented in ``[start_s, end_s]`` (closed) out of a local MP4.
+    """Clip the frames played in ``[start_s, end_s]`` (closed) out of a local MP4.
 
+    A frame is played from its presentation time until the next frame's (see
+    :func:`plan_span`), so ``clip_file(path, t, t)`` holds the one frame shown at ``t``,
+    as torchcodec's ``get_frames_played_at([t])`` returns it, also between two frames.
     Reads the ``moov`` (one or two small reads, see ``locate_moov``) and then the span's
     bytes in one read.
+
+    Raises:
+        FrameNotFoundError: no frame is played in the span (it lies before the first
+            frame or at or after the end of the last one).
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size

@@ -1,4 +1,8 @@
-"""Span planning: which samples and bytes present a time span exactly (pure numpy)."""
+"""Span planning: which samples and bytes present a time span exactly (pure numpy).
+
+A span ``[t0, t1]`` holds every frame played at some instant of it (the played-at rule
+of :func:`plan_span`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from episodestream.errors import FrameNotFoundError, Mp4FormatError
-from episodestream.mp4._index import TrackIndex
+from episodestream.mp4._index import TrackIndex, last_sample_duration
 
 __all__ = [
     "DEFAULT_TOLERANCE_S",
@@ -32,11 +36,12 @@ _MAX_FLUSH_STEPS = 8 * MAX_REORDER_DEPTH
 class SpanPlan:
     """What to fetch from a source file to present the span ``[t0, t1]`` (closed interval).
 
-    ``sample_start`` is a sync sample from which every frame presented in the span decodes
+    The span holds every frame played at some instant of it (see :func:`plan_span`).
+    ``sample_start`` is a sync sample from which every frame of the span decodes
     correctly; ``sample_end`` (exclusive) is the first decode-order sample after every
-    frame presented in the span. The clip holds the samples of that range except the
-    leading pictures of ``sample_start`` (samples after it in decode order presented before
-    it: open-GOP frames that reference the previous GOP and cannot decode from here).
+    frame of the span. The clip holds the samples of that range except the leading
+    pictures of ``sample_start`` (samples after it in decode order presented before it:
+    open-GOP frames that reference the previous GOP and cannot decode from here).
     ``[byte_start, byte_end)`` covers the clip's samples. A clip presents every frame it
     holds, at clip time = source time - ``time_offset_s``.
     """
@@ -46,9 +51,9 @@ class SpanPlan:
     byte_start: int
     byte_end: int
     time_offset_s: float  # source presentation time = clip presentation time + offset
-    first_pts_s: float  # first source presentation time presented in [t0, t1]
-    last_pts_s: float  # last one
-    frame_count: int  # frames presented in [t0, t1]
+    first_pts_s: float  # presentation time of the span's first frame (may precede t0)
+    last_pts_s: float  # that of its last frame
+    frame_count: int  # frames played in [t0, t1]
 
     @property
     def byte_length(self) -> int:
@@ -58,34 +63,25 @@ class SpanPlan:
 def plan_span(
     index: TrackIndex, t0_s: float, t1_s: float, *, tolerance_s: float = DEFAULT_TOLERANCE_S
 ) -> SpanPlan:
-    """Plan the samples and bytes that present every frame shown in ``[t0_s, t1_s]``.
+    """Plan the samples and bytes that present every frame played in ``[t0_s, t1_s]``.
 
-    A frame is in the span when its source presentation time (``index.pts_seconds()``)
-    lies in ``[t0_s - tolerance_s, t1_s + tolerance_s]`` and FFmpeg presents it (its pts is
-    at or after the edit list's start).
+    The played-at rule (torchcodec's ``get_frames_played_at``): a frame FFmpeg presents
+    (its pts is at or after the edit list's start) at source time ``p``
+    (``index.pts_seconds()``) is played during ``[p, e)``, where ``e`` is the next presented
+    frame's time, or for the last frame ``p`` plus its sample duration. The span holds
+    every frame played at some instant of it, so ``[t, t]`` holds the one frame played at
+    ``t``, also between two frames' times. Both ends count ``tolerance_s`` (LeRobot's
+    matching tolerance) later: a time up to ``tolerance_s`` before a frame's own time,
+    as rounding leaves one, selects that frame and not the one before it.
 
     Raises:
-        FrameNotFoundError: no frame is presented in the span.
+        FrameNotFoundError: no frame is played in the span: it ends before the first
+            frame, starts at or after the end of the last one, or ends before it starts.
         Mp4FormatError: a frame of the span has no sync sample from which it decodes.
     """
+    members = _played_samples(index, t0_s, t1_s, tolerance_s)
     pts = index.pts
     ts = np.float64(index.timescale)
-    lo_s, hi_s = t0_s - tolerance_s, t1_s + tolerance_s
-    # An integer pre-filter with a tick of slack, then the exact float test on the few
-    # candidates: the same answer as comparing pts_seconds() everywhere, at a fraction of it.
-    lo_tick = _tick_bound(np.floor(lo_s * ts) - 1 if np.isfinite(lo_s) else -np.inf)
-    hi_tick = _tick_bound(np.ceil(hi_s * ts) + 1 if np.isfinite(hi_s) else np.inf)
-    candidates = np.flatnonzero((pts >= lo_tick) & (pts <= hi_tick))
-    cand_s = pts[candidates] / ts
-    keep = (cand_s >= lo_s) & (cand_s <= hi_s)
-    if index.presentation_start is not None:
-        keep &= pts[candidates] >= index.presentation_start
-    members = candidates[keep]
-    if members.shape[0] == 0:
-        raise FrameNotFoundError(
-            f"no frame of track {index.track_id} is presented in [{t0_s}, {t1_s}] s "
-            f"(tolerance {tolerance_s} s)"
-        )
     first_decode = int(members[0])
     member_pts = pts[members]
     first_pts = int(member_pts.min())
@@ -118,6 +114,79 @@ def plan_span(
         last_pts_s=float(last_pts / ts),
         frame_count=int(members.shape[0]),
     )
+
+
+def _played_samples(index: TrackIndex, t0_s: float, t1_s: float, tolerance_s: float) -> np.ndarray:
+    """Decode-order indices (ascending) of the samples played in ``[t0_s, t1_s]``.
+
+    With ``lo = t0_s + tolerance_s`` and ``hi = t1_s + tolerance_s``: the presented frames
+    whose time lies in ``(lo, hi]``, and the one played at ``lo`` (the latest presented at
+    or before ``lo``, unless it is the last frame and ends by ``lo``). Times are compared
+    as ``pts / timescale`` in float64, as ``pts_seconds()`` gives them.
+    """
+    if not t0_s <= t1_s + tolerance_s:  # also NaN
+        raise FrameNotFoundError(
+            f"no frame of track {index.track_id} is played in [{t0_s}, {t1_s}] s: "
+            "the span ends before it starts"
+        )
+    pts = index.pts
+    ts = np.float64(index.timescale)
+    start_tick = index.presentation_start
+    lo_s, hi_s = t0_s + tolerance_s, t1_s + tolerance_s
+    # An integer pre-filter with a tick of slack, then the exact float test on the few
+    # candidates: the same answer as comparing pts_seconds() everywhere, at a fraction of it.
+    lo_tick = _tick_bound(np.floor(lo_s * ts) - 1 if np.isfinite(lo_s) else -np.inf)
+    hi_tick = _tick_bound(np.ceil(hi_s * ts) + 1 if np.isfinite(hi_s) else np.inf)
+    near = np.flatnonzero((pts >= lo_tick) & (pts <= hi_tick))
+    if start_tick is not None:
+        near = near[pts[near] >= start_tick]
+    near_s = pts[near] / ts
+    after = near[(near_s > lo_s) & (near_s <= hi_s)]
+    cover = near[near_s <= lo_s]
+    if cover.shape[0] == 0:
+        # the frame played at lo started before the pre-filter's window (a long frame,
+        # or lo past the last frame): every presented time below lo_tick is below lo_s
+        below = pts < lo_tick
+        if start_tick is not None:
+            below &= pts >= start_tick
+        cover = np.flatnonzero(below)
+    if cover.shape[0]:
+        cover_pts = int(pts[cover].max())
+        cover = cover[pts[cover] == cover_pts]
+        # the latest frame at or before lo is played at lo unless it is the last frame
+        # and its duration ends by lo (any later frame is presented after lo)
+        is_last = after.shape[0] == 0 and cover_pts >= int(pts.max())
+        if is_last and (cover_pts + _sample_duration(index, int(cover[0]))) / ts <= lo_s:
+            cover = cover[:0]
+    members = np.union1d(cover, after)
+    if members.shape[0] == 0:
+        raise FrameNotFoundError(_nothing_played(index, t0_s, t1_s, tolerance_s))
+    return members
+
+
+def _sample_duration(index: TrackIndex, sample: int) -> int:
+    """One sample's decode-time step in ticks (the last one's from the media duration)."""
+    if sample + 1 < index.num_samples:
+        return int(index.dts[sample + 1] - index.dts[sample])
+    return last_sample_duration(index)
+
+
+def _nothing_played(index: TrackIndex, t0_s: float, t1_s: float, tolerance_s: float) -> str:
+    """Why no frame is played in a span that does not end before it starts."""
+    head = f"no frame of track {index.track_id} is played in [{t0_s}, {t1_s}] s"
+    pts = index.pts
+    if index.presentation_start is not None:
+        pts = pts[pts >= index.presentation_start]
+    if pts.shape[0] == 0:
+        return f"{head}: the track presents no frames"
+    ts = index.timescale
+    last = int(np.argmax(pts))
+    first_s = int(pts.min()) / ts
+    if t1_s + tolerance_s < first_s:
+        return f"{head}: it ends before the first frame, presented at {first_s} s"
+    sample = int(np.flatnonzero(index.pts == pts[last])[0])
+    end_s = (int(pts[last]) + _sample_duration(index, sample)) / ts
+    return f"{head}: it starts at or after the end of the last frame, {end_s} s"
 
 
 def _tick_bound(value: float) -> int:
