@@ -8,6 +8,7 @@ PUBLIC_NAMES = [
     "BudgetError",
     "CacheError",
     "ConfigError",
+    "ConfigTypeError",
     "DatasetFormatError",
     "DecodeError",
     "EpisodePoolDataset",
@@ -49,6 +50,10 @@ def test_builtin_bases_keep_generic_handlers_working():
     assert issubclass(episodestream.NotFound, FileNotFoundError)
     assert issubclass(episodestream.StorageTimeout, TimeoutError)
     assert issubclass(episodestream.Mp4FormatError, ValueError)
+    assert issubclass(episodestream.ConfigError, ValueError)
+    assert issubclass(episodestream.ConfigTypeError, episodestream.ConfigError)
+    assert issubclass(episodestream.ConfigTypeError, TypeError)
+    assert issubclass(episodestream.BudgetError, ValueError)
 
 
 def test_every_public_name_resolves():

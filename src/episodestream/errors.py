@@ -19,7 +19,8 @@
     ├── DecodeError
     │   └── FrameNotFoundError       no frame within tolerance of a timestamp
     ├── SamplingError                bad pool/shard parameters or resume state
-    ├── ConfigError                  an option outside its accepted values
+    ├── ConfigError                  an argument or option outside its accepted values
+    │   └── ConfigTypeError          one of the wrong type, or an unknown option (also TypeError)
     └── ServingError                 nginx / WAN emulator could not start or stop
 
 Every library error a user can see is one of these; third-party exceptions are translated
@@ -32,6 +33,7 @@ __all__ = [
     "BudgetError",
     "CacheError",
     "ConfigError",
+    "ConfigTypeError",
     "DatasetFormatError",
     "DecodeError",
     "EpisodeStreamError",
@@ -120,7 +122,17 @@ class SamplingError(EpisodeStreamError, ValueError):
 
 
 class ConfigError(EpisodeStreamError, ValueError):
-    """An option outside its accepted values; the message names the option."""
+    """An argument or option outside its accepted values; the message names it.
+
+    Raised by configuration classes and constructors when they are built, never later.
+    """
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong type, or an option name that is not accepted.
+
+    Also a ``TypeError``, as Python raises for a wrong type or an unexpected keyword.
+    """
 
 
 class ServingError(EpisodeStreamError):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from episodestream.errors import LocationError
+from episodestream.errors import ConfigError, LocationError
 
 __all__ = ["FileInfo", "ListableReader", "RangeReader", "ReadRequest", "normalize_relative_path"]
 
@@ -25,7 +25,7 @@ class ReadRequest:
 
     def __post_init__(self) -> None:
         if self.offset < 0 or self.length < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"invalid range for {self.path!r}: offset={self.offset} length={self.length}"
             )
 

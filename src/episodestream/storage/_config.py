@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import email.utils
-import math
 import random
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
+
+from episodestream._checks import check_int, check_number
+from episodestream.errors import ConfigTypeError
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -41,9 +44,7 @@ class Timeouts:
 
     def __post_init__(self) -> None:
         for name in ("connect_seconds", "read_seconds", "pool_seconds"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"Timeouts.{name} must be a positive number, got {value!r}")
+            check_number(f"Timeouts.{name}", getattr(self, name), above=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +71,15 @@ class Limits:
     coalesce_max_bytes: int = 8 * MIB
 
     def __post_init__(self) -> None:
-        if self.max_connections_per_host < 1 or self.max_concurrency < 1:
-            raise ValueError(
-                "Limits.max_connections_per_host and max_concurrency must be >= 1, got "
-                f"{self.max_connections_per_host} and {self.max_concurrency}"
-            )
-        if self.split_threshold_bytes < 0 or self.split_part_bytes < 1:
-            raise ValueError(
-                "Limits.split_threshold_bytes must be >= 0 and split_part_bytes >= 1, got "
-                f"{self.split_threshold_bytes} and {self.split_part_bytes}"
-            )
-        if self.coalesce_gap_bytes < -1 or self.coalesce_max_bytes < 0:
-            raise ValueError(
-                "Limits.coalesce_gap_bytes must be >= -1 and coalesce_max_bytes >= 0, got "
-                f"{self.coalesce_gap_bytes} and {self.coalesce_max_bytes}"
-            )
+        for name, minimum in (
+            ("max_connections_per_host", 1),
+            ("max_concurrency", 1),
+            ("split_threshold_bytes", 0),
+            ("split_part_bytes", 1),
+            ("coalesce_gap_bytes", -1),
+            ("coalesce_max_bytes", 0),
+        ):
+            check_int(f"Limits.{name}", getattr(self, name), minimum=minimum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,23 +113,24 @@ class RetryPolicy:
     retry_statuses: frozenset[int] = field(default=RETRYABLE_STATUSES)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError(f"RetryPolicy.jitter must lie in [0, 1], got {self.jitter}")
+        check_int("RetryPolicy.max_attempts", self.max_attempts, minimum=1)
+        check_number("RetryPolicy.jitter", self.jitter, minimum=0.0, maximum=1.0)
         for name in (
             "max_elapsed_seconds",
             "backoff_initial_seconds",
             "backoff_max_seconds",
             "retry_after_max_seconds",
         ):
-            value = getattr(self, name)
-            if not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"RetryPolicy.{name} must be >= 0 and finite, got {value!r}")
-        if self.backoff_multiplier < 1.0:
-            raise ValueError(
-                f"RetryPolicy.backoff_multiplier must be >= 1, got {self.backoff_multiplier}"
+            check_number(f"RetryPolicy.{name}", getattr(self, name), minimum=0.0)
+        check_number("RetryPolicy.backoff_multiplier", self.backoff_multiplier, minimum=1.0)
+        statuses = self.retry_statuses
+        if isinstance(statuses, str | bytes) or not isinstance(statuses, Collection):
+            raise ConfigTypeError(
+                f"RetryPolicy.retry_statuses must be a set of HTTP statuses, got {statuses!r}"
             )
+        for status in statuses:
+            check_int("RetryPolicy.retry_statuses", status, minimum=100)
+        object.__setattr__(self, "retry_statuses", frozenset(statuses))
 
     def is_retryable_status(self, status: int) -> bool:
         return status in self.retry_statuses
@@ -148,8 +144,7 @@ class RetryPolicy:
         a server's ``Retry-After`` (already parsed to seconds) raises the delay to at most
         ``retry_after_max_seconds``.
         """
-        if attempt < 1:
-            raise ValueError(f"attempt numbers start at 1, got {attempt}")
+        check_int("attempt", attempt, minimum=1)  # attempts are numbered from 1
         exponent = min(attempt - 1, 64)  # bounded so the power never overflows
         base = min(
             self.backoff_max_seconds,

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from episodestream._checks import check_int
 from episodestream.errors import (
     InvalidResponse,
     LocationError,
@@ -54,8 +55,7 @@ class FsspecRangeReader:
         # native reader does not do (proxies from the environment, for one).
         if parsed.kind not in ("fsspec", "http"):
             raise LocationError(f"not an fsspec or http(s) location: {parsed.url!r}")
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
         self._location = parsed
         self._storage_options = dict(storage_options or {})
         self._max_concurrency = max_concurrency
