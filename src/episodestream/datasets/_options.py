@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from episodestream._checks import check_choice, check_int, check_number
 from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
-from episodestream.errors import BudgetError, ConfigError
+from episodestream.errors import BudgetError, ConfigTypeError
 
 __all__ = [
     "DEFAULT_BYTE_BUDGET",
@@ -113,16 +115,17 @@ class StreamOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
-        if self.decoder not in ("auto", "torchcodec", "pyav"):
-            raise ConfigError(
-                f"decoder={self.decoder!r} is not one of 'auto', 'torchcodec', 'pyav'"
-            )
+        check_choice("decoder", self.decoder, ("auto", "torchcodec", "pyav"))
         for name in ("fetch_workers", "max_open_decoders", "max_decoder_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.ffmpeg_threads < 0:
-            raise ConfigError(f"ffmpeg_threads must be >= 0, got {self.ffmpeg_threads}")
-        if not self.tolerance_s > 0:
-            raise ConfigError(f"tolerance_s must be > 0, got {self.tolerance_s}")
-        if not self.wait_timeout_s > 0:
-            raise ConfigError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("ffmpeg_threads", self.ffmpeg_threads, minimum=0)
+        check_number("tolerance_s", self.tolerance_s, above=0)
+        check_number("wait_timeout_s", self.wait_timeout_s, above=0)
+        for name in ("revision", "device"):
+            value = getattr(self, name)
+            if not (isinstance(value, str) or (value is None and name == "revision")):
+                raise ConfigTypeError(f"{name} must be a str, got {value!r}")
+        if not isinstance(self.reader_options, Mapping):
+            raise ConfigTypeError(
+                f"reader_options must be a dict, got {type(self.reader_options).__name__}"
+            )
