@@ -14,7 +14,8 @@ from typing import Literal, Protocol, Self, TypeAlias, runtime_checkable
 import numpy as np
 import torch
 
-from episodestream.errors import DecodeError, FrameNotFoundError
+from episodestream._checks import check_number
+from episodestream.errors import ConfigError, ConfigTypeError, DecodeError, FrameNotFoundError
 
 __all__ = [
     "DEFAULT_FFMPEG_THREADS",
@@ -122,7 +123,7 @@ class Decoder(Protocol):
 def to_float(frames: torch.Tensor) -> torch.Tensor:
     """uint8 frames as float32 in [0, 1], computed exactly as LeRobot does (``x / 255``)."""
     if frames.dtype != torch.uint8:
-        raise TypeError(f"to_float expects uint8 frames, got {frames.dtype}")
+        raise ConfigTypeError(f"to_float expects uint8 frames, got {frames.dtype}")
     return frames.to(torch.float32) / 255
 
 
@@ -141,13 +142,12 @@ def nearest_frame_indices(
     Raises:
         FrameNotFoundError: some timestamp has no frame within tolerance; the message lists
             those timestamps with the frame times on either side.
-        ValueError: ``timestamps_s`` is not one-dimensional or ``tolerance_s`` is not positive.
+        ConfigError: ``timestamps_s`` is not one-dimensional or ``tolerance_s`` is not positive.
     """
-    if not (tolerance_s > 0 and math.isfinite(tolerance_s)):
-        raise ValueError(f"tolerance_s must be a positive finite number, got {tolerance_s!r}")
+    check_number("tolerance_s", tolerance_s, above=0)
     query = np.asarray(timestamps_s, dtype=np.float64)
     if query.ndim != 1:
-        raise ValueError(f"timestamps_s must be one-dimensional, got shape {query.shape}")
+        raise ConfigError(f"timestamps_s must be one-dimensional, got shape {query.shape}")
     times = frame_times_s
     count = len(times)
     if count == 0:
@@ -297,11 +297,24 @@ def estimate_decoder_bytes(encoded_bytes: int, width: int, height: int, threads:
     return encoded_bytes + _DECODER_FIXED_BYTES + frames * (width * height * 3 // 2)
 
 
+def parse_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device``; ConfigError naming it when torch cannot parse it."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise ConfigTypeError(f"device must be a str or torch.device, got {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ConfigError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from error
+
+
 def check_source(source: ClipSource, name: str) -> None:
-    """DecodeError for an empty clip or a path that does not exist; TypeError for a wrong type."""
+    """DecodeError for an empty clip or a path that does not exist; ConfigTypeError (a
+    TypeError) for a wrong type."""
     if isinstance(source, torch.Tensor):
         if source.dtype != torch.uint8 or source.dim() != 1 or source.device.type != "cpu":
-            raise TypeError(
+            raise ConfigTypeError(
                 f"{name}: a tensor clip must be 1-D uint8 on the CPU, got {source.dtype} "
                 f"{tuple(source.shape)} on {source.device}"
             )
@@ -309,7 +322,7 @@ def check_source(source: ClipSource, name: str) -> None:
         if not os.path.isfile(source):
             raise DecodeError(f"{name}: no such clip file")
     elif not isinstance(source, bytes | bytearray | memoryview):
-        raise TypeError(
+        raise ConfigTypeError(
             f"{name}: clip must be bytes, bytearray, memoryview, a uint8 tensor or a path, "
             f"got {type(source).__name__}"
         )

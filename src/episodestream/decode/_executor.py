@@ -18,6 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
 
+from episodestream._checks import check_int, check_number
 from episodestream.errors import DecodeError
 
 __all__ = [
@@ -72,11 +73,10 @@ class DecodeExecutor:
         submit_timeout_s: float = DEFAULT_SUBMIT_TIMEOUT_S,
         name: str | None = None,
     ) -> None:
-        if threads < 0:
-            raise ValueError(f"threads must be >= 0, got {threads}")
+        threads = check_int("threads", threads, minimum=0)
         pending = 4 * max(threads, 1) if max_pending is None else max_pending
-        if pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        pending = check_int("max_pending", pending, minimum=1)
+        check_number("submit_timeout_s", submit_timeout_s, above=0)
         self._threads_wanted = threads
         self._submit_timeout_s = submit_timeout_s
         self._name = name or f"episodestream-decode-{next(_executor_ids)}"

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from episodestream._checks import check_choice
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
     DEFAULT_SEEK_MODE,
@@ -15,10 +16,11 @@ from episodestream.decode._base import (
     ClipSource,
     Decoder,
     SeekMode,
+    parse_device,
 )
 from episodestream.decode._pyav import PyAVDecoder
 from episodestream.decode._torchcodec import TorchcodecDecoder, torchcodec_unavailable_reason
-from episodestream.errors import DecodeError
+from episodestream.errors import ConfigError, DecodeError
 
 __all__ = ["available_backends", "open_decoder", "resolve_backend"]
 
@@ -37,15 +39,14 @@ def resolve_backend(backend: BackendName, device: str | torch.device = "cpu") ->
     always for CUDA), else PyAV.
 
     Raises:
-        ValueError: an unknown backend, or PyAV asked to decode on a GPU.
+        ConfigError: an unknown backend or device, or PyAV asked to decode on a GPU.
         DecodeError: torchcodec asked for (or needed for CUDA) but it cannot be loaded.
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    on_cpu = torch.device(device).type == "cpu"
+    check_choice("backend", backend, _BACKENDS)
+    on_cpu = parse_device(device).type == "cpu"
     if backend == "pyav":
         if not on_cpu:
-            raise ValueError(
+            raise ConfigError(
                 f"the PyAV backend decodes on the CPU only (device={str(device)!r}); use "
                 "backend='torchcodec' for GPU decoding"
             )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, TypeVar
 
+from episodestream._checks import check_int
 from episodestream.decode._base import Decoder
 from episodestream.errors import DecodeError, FrameNotFoundError
 
@@ -122,10 +123,8 @@ class DecoderPool(Generic[K]):
         max_decoders: int = DEFAULT_POOL_MAX_DECODERS,
         max_bytes: int = DEFAULT_POOL_MAX_BYTES,
     ) -> None:
-        if max_decoders < 1:
-            raise ValueError(f"max_decoders must be >= 1, got {max_decoders}")
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        max_decoders = check_int("max_decoders", max_decoders, minimum=1)
+        max_bytes = check_int("max_bytes", max_bytes, minimum=1)
         self._max_decoders = max_decoders
         self._max_bytes = max_bytes
         self._lock = threading.Lock()

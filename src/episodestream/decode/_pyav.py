@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from episodestream._checks import check_int
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
     ClipDecoderBase,
@@ -115,8 +116,7 @@ class PyAVDecoder(ClipDecoderBase):
     ) -> None:
         self._name = source_label(source, name)
         check_source(source, self._name)
-        if threads < 0:
-            raise ValueError(f"threads must be >= 0, got {threads}")
+        threads = check_int("threads", threads, minimum=0)
         self._guard = UseGuard(self._name)
         self._closed = False
         self._container: Any = None

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from episodestream._checks import check_choice, check_int
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
     DEFAULT_SEEK_MODE,
@@ -22,13 +23,14 @@ from episodestream.decode._base import (
     check_source,
     estimate_decoder_bytes,
     log_open,
+    parse_device,
     probe_points,
     source_label,
     source_nbytes,
     validate_frame_times,
 )
 from episodestream.decode._pyav import demux_frame_times
-from episodestream.errors import DecodeError
+from episodestream.errors import ConfigError, DecodeError
 
 __all__ = ["TorchcodecDecoder", "torchcodec_unavailable_reason"]
 
@@ -51,11 +53,11 @@ def torchcodec_unavailable_reason() -> str | None:
 
 
 def _resolve_device(device: str | torch.device, name: str) -> torch.device:
-    dev = torch.device(device)
+    dev = parse_device(device)
     if dev.type == "cpu":
         return dev
     if dev.type != "cuda":
-        raise ValueError(f"{name}: device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        raise ConfigError(f"{name}: device must be 'cpu' or 'cuda[:N]', got {device!r}")
     if not torch.cuda.is_available():
         raise DecodeError(
             f"{name}: device={str(device)!r} asked for, but CUDA is not available to torch "
@@ -126,10 +128,8 @@ class TorchcodecDecoder(ClipDecoderBase):
         self._decoder: Any = None
         self._source: Any = None
         check_source(source, self._name)
-        if seek_mode not in _SEEK_MODES:
-            raise ValueError(f"seek_mode must be one of {_SEEK_MODES}, got {seek_mode!r}")
-        if threads < 0:
-            raise ValueError(f"threads must be >= 0, got {threads}")
+        check_choice("seek_mode", seek_mode, _SEEK_MODES)
+        threads = check_int("threads", threads, minimum=0)
         reason = torchcodec_unavailable_reason()
         if reason is not None:
             raise DecodeError(f"{self._name}: torchcodec cannot be loaded ({reason})")
