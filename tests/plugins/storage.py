@@ -9,8 +9,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import email.utils
+import functools
 import hashlib
 import hmac
+import io
 import json
 import re
 import socket
@@ -41,6 +43,8 @@ class RecordedRequest:
     headers: dict[str, str]
     status: int | None = None
     fault: str | None = None
+    method: str = "GET"
+    raw_path: str = ""  # the path as sent, still percent-encoded
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers.items():
@@ -204,6 +208,8 @@ def _send_head(
     for name, value in [*headers.items(), *(repeated or [])]:
         handler.send_header(name, value)
     handler.end_headers()
+    if handler.command == "HEAD":
+        handler.wfile = io.BytesIO()  # type: ignore[assignment] # restored by do_HEAD
 
 
 def _send_json(
@@ -265,7 +271,11 @@ class _LoopbackServer:
             def do_GET(self) -> None:
                 parts = urllib.parse.urlsplit(self.path)
                 record = RecordedRequest(
-                    urllib.parse.unquote(parts.path), parts.query, dict(self.headers.items())
+                    urllib.parse.unquote(parts.path),
+                    parts.query,
+                    dict(self.headers.items()),
+                    method=self.command,
+                    raw_path=parts.path,
                 )
                 with lock:
                     log.append(record)
@@ -273,6 +283,14 @@ class _LoopbackServer:
                     app(self, record)
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     self.close_connection = True
+
+            def do_HEAD(self) -> None:
+                # the GET answer's head only: the body the app writes goes nowhere
+                wfile = self.wfile
+                try:
+                    self.do_GET()
+                finally:
+                    self.wfile = wfile
 
             def finish(self) -> None:
                 with lock:
@@ -395,22 +413,45 @@ class FaultServer:
 
 
 class HubStandIn:
-    """A local Hugging Face Hub: API + ``resolve`` on 127.0.0.1, signed-URL CDN on 127.0.0.2.
+    """A local Hugging Face Hub: API + ``resolve`` on 127.0.0.1, Xet-like CDN hosts on
+    127.0.0.2, 127.0.0.3, … — as unkind as the real service, and checked against
+    huggingface_hub's own client (tests/test_storage_hub_standin.py).
 
-    - Every Hub request needs ``Authorization: Bearer <token>`` (else 401).
-    - ``/datasets/{repo}/resolve/{rev}/{path}`` and ``/buckets/{id}/resolve/{path}`` answer
-      302 to the CDN host with ``?expires=…&signature=…`` (HMAC, lifetime ``ttl_seconds``).
-    - The CDN serves byte ranges with a strong ETag and answers 403 to an expired or forged
-      signature; it never needs the token.
+    - Hub requests need ``Authorization: Bearer <token>`` (401 with ``X-Error-Message``
+      otherwise), except for repos in ``public``. Repos in ``gated`` answer ``resolve`` with 403,
+      ``X-Error-Code: GatedRepo`` and the Hub's ``X-Error-Message``.
+    - ``GET``/``HEAD /datasets/{repo}/resolve/{rev}/{path}`` and ``/buckets/{id}/resolve/{path}``:
+      small text files (``inline_suffixes``) are served by the Hub itself (byte ranges, a stable
+      ``ETag``); every other file answers 302 to one of the CDN hosts (in turn) with
+      ``X-Linked-Size``, ``X-Linked-Etag``, ``X-Xet-Hash`` (and ``X-Repo-Commit`` for repos).
+    - The CDN URL is signed (HMAC, ``?expires=…&signature=…``, lifetime ``ttl_seconds``) for the
+      blob, the CDN host *and* the exact ``Range`` header of the request that was redirected
+      (``range_bound``): the same URL with any other Range is refused with 403, as Xet's
+      are. Each CDN host sends its own ``ETag`` for the same bytes. A CDN request that carries
+      ``Authorization`` is refused with 400 (one auth mechanism only, as presigned S3/CloudFront
+      URLs answer).
     - ``/api/datasets/{repo}/revision/{rev}`` gives the commit sha; ``/api/datasets/{repo}/tree/
       {rev}/{path}?recursive=true`` and ``/api/buckets/{id}/tree/{path}`` list files,
       ``page_size`` entries per page with a ``Link: <…>; rel="next"`` header.
     """
 
-    def __init__(self, token: str = "hf_standin_secret_token_0123456789") -> None:
+    inline_suffixes = (".json", ".jsonl", ".md", ".txt")
+    # a file this large goes to the CDN whatever its name (the Hub's limit for plain git files)
+    inline_max_bytes = 10 * 1024 * 1024
+
+    def __init__(
+        self,
+        token: str = "hf_standin_secret_token_0123456789",
+        *,
+        cdn_hosts: int = 2,
+        range_bound: bool = True,
+    ) -> None:
         self.token = token
         self.ttl_seconds = 3600.0
         self.page_size = 3
+        self.range_bound = range_bound
+        self.public: set[str] = set()
+        self.gated: set[str] = set()
         self._clock_offset = 0.0
         self._key = b"standin-signing-key"
         self._lock = threading.Lock()
@@ -419,12 +460,23 @@ class HubStandIn:
         self._refs: dict[tuple[str, str], str] = {}  # (repo, branch/tag) -> sha
         self._repo_of_commit: dict[str, str] = {}
         self._buckets: dict[str, dict[str, str]] = {}
+        self._next_cdn = 0
+        self._cdn_faults: collections.deque[Fault] = collections.deque()
         self.hub_requests: list[RecordedRequest] = []
         self.cdn_requests: list[RecordedRequest] = []
         self._hub = _LoopbackServer("127.0.0.1", self._handle_hub, self.hub_requests, self._lock)
-        self._cdn = _LoopbackServer("127.0.0.2", self._handle_cdn, self.cdn_requests, self._lock)
+        self._cdns = [
+            _LoopbackServer(
+                f"127.0.0.{2 + index}",
+                functools.partial(self._handle_cdn, index),
+                self.cdn_requests,
+                self._lock,
+            )
+            for index in range(cdn_hosts)
+        ]
         self.endpoint = self._hub.url
-        self.cdn_url = self._cdn.url
+        self.cdn_urls = [cdn.url for cdn in self._cdns]
+        self.cdn_url = self.cdn_urls[0]
 
     # -- content
 
@@ -454,31 +506,69 @@ class HubStandIn:
         with self._lock:
             self._clock_offset += self.ttl_seconds + 1
 
+    def inject_cdn(self, *faults: Fault) -> None:
+        """Apply ``faults`` to the next validly signed CDN answers, whatever the host."""
+        with self._lock:
+            self._cdn_faults.extend(faults)
+
+    def wasted_cdn_requests(self) -> dict[str, int]:
+        """Refused CDN requests (403) per CDN host."""
+        with self._lock:
+            counts = collections.Counter(
+                (r.header("Host") or "?").partition(":")[0]
+                for r in self.cdn_requests
+                if r.status == 403
+            )
+        return dict(counts)
+
     # -- signing
 
-    def _sign(self, blob: str, expires: int) -> str:
-        return hmac.new(self._key, f"{blob}:{expires}".encode(), hashlib.sha256).hexdigest()
+    def _sign(self, blob: str, expires: int, cdn: int, range_header: str) -> str:
+        signed = range_header if self.range_bound else "*"
+        message = f"{blob}:{expires}:{cdn}:{signed}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def _signed_url(self, blob: str) -> str:
+    def _signed_url(self, blob: str, range_header: str) -> str:
         with self._lock:
             now = time.time() + self._clock_offset
+            cdn = self._next_cdn
+            self._next_cdn = (cdn + 1) % len(self._cdns)
         expires = int(now + self.ttl_seconds)
-        query = urllib.parse.urlencode({"expires": expires, "signature": self._sign(blob, expires)})
-        return f"{self.cdn_url}/blobs/{blob}?{query}"
+        query = urllib.parse.urlencode(
+            {"expires": expires, "signature": self._sign(blob, expires, cdn, range_header)}
+        )
+        return f"{self.cdn_urls[cdn]}/blobs/{blob}?{query}"
 
     # -- hub host
 
     def _handle_hub(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
-        if record.header("Authorization") != f"Bearer {self.token}":
-            _send_json(handler, 401, {"error": "Invalid credentials"}, record)
-            return
-        path = record.path
+        # matched percent-encoded, so a revision "refs%2Fpr%2F1" stays one path segment
+        path = record.raw_path
         query = urllib.parse.parse_qs(record.query)
+        match = re.match(r"^/(?:api/)?(datasets|buckets)/([^/]+/[^/]+)/", path)
+        repo = match.group(2) if match else ""
+        authorization = record.header("Authorization")
+        if authorization != f"Bearer {self.token}" and not (
+            repo in self.public and authorization is None
+        ):
+            message = (
+                "Invalid credentials in Authorization header"
+                if authorization
+                else "Invalid username or password."
+            )
+            _send_json(handler, 401, {"error": message}, record, {"X-Error-Message": message})
+            return
         match = re.match(r"^/api/datasets/([^/]+/[^/]+)/revision/(.+)$", path)
         if match:
             sha = self._lookup(match.group(1), match.group(2))
             if sha is None:
-                _send_json(handler, 404, {"error": "Revision not found"}, record)
+                _send_json(
+                    handler,
+                    404,
+                    {"error": "Revision not found"},
+                    record,
+                    {"X-Error-Code": "RevisionNotFound"},
+                )
             else:
                 _send_json(handler, 200, {"id": match.group(1), "sha": sha}, record)
             return
@@ -486,24 +576,45 @@ class HubStandIn:
         if match:
             sha = self._lookup(match.group(1), match.group(2))
             tree = self._commits.get(sha or "")
-            self._list(handler, record, tree, match.group(3), query)
+            folder = urllib.parse.unquote(match.group(3))
+            self._list(handler, record, tree, folder, query)
             return
         match = re.match(r"^/api/buckets/([^/]+/[^/]+)/tree/?(.*)$", path)
         if match:
-            self._list(handler, record, self._buckets.get(match.group(1)), match.group(2), query)
+            folder = urllib.parse.unquote(match.group(2))
+            self._list(handler, record, self._buckets.get(match.group(1)), folder, query)
             return
         match = re.match(r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if match:
+            if self._refuse_gated(handler, record, match.group(1)):
+                return
             sha = self._lookup(match.group(1), match.group(2))
-            blob = self._commits.get(sha or "", {}).get(match.group(3))
-            self._redirect(handler, record, blob, sha)
+            file = urllib.parse.unquote(match.group(3))
+            blob = self._commits.get(sha or "", {}).get(file)
+            self._resolve(handler, record, file, blob, sha)
             return
         match = re.match(r"^/buckets/([^/]+/[^/]+)/resolve/(.+)$", path)
         if match:
-            blob = self._buckets.get(match.group(1), {}).get(match.group(2))
-            self._redirect(handler, record, blob, None)
+            if self._refuse_gated(handler, record, match.group(1)):
+                return
+            file = urllib.parse.unquote(match.group(2))
+            blob = self._buckets.get(match.group(1), {}).get(file)
+            self._resolve(handler, record, file, blob, None)
             return
         _send_json(handler, 404, {"error": "Not found"}, record)
+
+    def _refuse_gated(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, repo_id: str
+    ) -> bool:
+        if repo_id not in self.gated:
+            return False
+        message = (
+            f"Access to dataset {repo_id} is restricted and you are not in the authorized "
+            f"list. Visit https://huggingface.co/datasets/{repo_id} to ask for access."
+        )
+        headers = {"X-Error-Code": "GatedRepo", "X-Error-Message": message}
+        _send_json(handler, 403, {"error": message}, record, headers)
+        return True
 
     def _lookup(self, repo_id: str, revision: str) -> str | None:
         revision = urllib.parse.unquote(revision)
@@ -512,19 +623,40 @@ class HubStandIn:
                 return revision
             return self._refs.get((repo_id, revision))
 
-    def _redirect(
+    def _resolve(
         self,
         handler: BaseHTTPRequestHandler,
         record: RecordedRequest,
+        path: str,
         blob: str | None,
         sha: str | None,
     ) -> None:
         if blob is None:
-            _send_json(handler, 404, {"error": "Entry not found"}, record)
+            headers = {"X-Error-Code": "EntryNotFound"}
+            if sha:
+                headers["X-Repo-Commit"] = sha
+            _send_json(handler, 404, {"error": "Entry not found"}, record, headers)
             return
-        headers = {"Location": self._signed_url(blob), "Content-Length": "0"}
-        if sha:
-            headers["X-Repo-Commit"] = sha
+        with self._lock:
+            data = self._blobs[blob]
+        commit = {"X-Repo-Commit": sha} if sha else {}
+        if path.endswith(self.inline_suffixes) and len(data) <= self.inline_max_bytes:
+            # a plain git file: served by the Hub itself, its ETag the git blob id
+            git_oid = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            _serve_bytes(
+                handler, _File(data, f'"{git_oid}"', None), None, record, extra_headers=commit
+            )
+            return
+        refresh = record.path.split("/resolve/")[0] + f"/xet-read-token/{sha or 'bucket'}"
+        headers = {
+            "Location": self._signed_url(blob, handler.headers.get("Range") or ""),
+            "Content-Length": "0",
+            "X-Linked-Size": str(len(data)),
+            "X-Linked-Etag": f'"{blob}"',
+            "X-Xet-Hash": blob,
+            "X-Xet-Refresh-Route": "/api" + refresh,
+            **commit,
+        }
         _send_head(handler, 302, headers, record)
 
     def _list(
@@ -567,16 +699,26 @@ class HubStandIn:
                 "recursive": "true" if recursive else "false",
                 "cursor": cursor + self.page_size,
             }
-            headers["Link"] = f'<{record.path}?{urllib.parse.urlencode(params)}>; rel="next"'
+            # absolute, as the Hub writes it (huggingface_hub requests it as it is)
+            url = f"{self.endpoint}{record.raw_path}?{urllib.parse.urlencode(params)}"
+            headers["Link"] = f'<{url}>; rel="next"'
         _send_json(handler, 200, page, record, headers, chunked=True)
 
-    # -- cdn host
+    # -- cdn hosts
 
-    def _handle_cdn(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
+    def _handle_cdn(
+        self, index: int, handler: BaseHTTPRequestHandler, record: RecordedRequest
+    ) -> None:
         match = re.match(r"^/blobs/([0-9a-f]{64})$", record.path)
         query = urllib.parse.parse_qs(record.query)
         if match is None:
             _send_head(handler, 404, {"Content-Length": "0"}, record)
+            return
+        if record.header("Authorization") is not None:
+            body = b"<Error><Code>InvalidArgument</Code><Message>Only one auth mechanism allowed"
+            body += b"</Message></Error>"
+            _send_head(handler, 400, {"Content-Length": str(len(body))}, record)
+            handler.wfile.write(body)
             return
         blob = match.group(1)
         try:
@@ -588,17 +730,30 @@ class HubStandIn:
         with self._lock:
             now = time.time() + self._clock_offset
             data = self._blobs.get(blob)
-        if expires < now or not hmac.compare_digest(signature, self._sign(blob, expires)):
+        expected = self._sign(blob, expires, index, handler.headers.get("Range") or "")
+        if expires < now or not hmac.compare_digest(signature, expected):
             _send_head(handler, 403, {"Content-Length": "0"}, record)
             return
         if data is None:
             _send_head(handler, 404, {"Content-Length": "0"}, record)
             return
-        _serve_bytes(handler, _File(data, f'"{blob}"', None), None, record)
+        with self._lock:
+            fault = self._cdn_faults.popleft() if self._cdn_faults else None
+        record.fault = fault.kind if fault else None
+        if fault is not None and fault.kind == "status":
+            headers = {"Content-Length": "0"}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = fault.retry_after
+            _send_head(handler, fault.status, headers, record)
+            return
+        # each CDN host has its own validator for the very same bytes
+        etag = '"' + hashlib.md5(f"{blob}/{index}".encode()).hexdigest() + '"'
+        _serve_bytes(handler, _File(data, etag, None), fault, record)
 
     def close(self) -> None:
         self._hub.close()
-        self._cdn.close()
+        for cdn in self._cdns:
+            cdn.close()
 
 
 @dataclass
@@ -632,7 +787,12 @@ def fault_server() -> Iterator[FaultServer]:
 
 @pytest.fixture
 def hub_standin() -> Iterator[HubStandIn]:
-    """A fresh Hugging Face Hub stand-in (Hub API + resolve on 127.0.0.1, CDN on 127.0.0.2)."""
+    """A fresh Hugging Face Hub stand-in (Hub API + resolve on 127.0.0.1, CDN hosts on
+    127.0.0.2 and 127.0.0.3); what readers learnt of earlier stand-ins' CDN hosts is forgotten
+    (a port may be reused)."""
+    from episodestream.storage._redirects import REDIRECT_HOSTS
+
+    REDIRECT_HOSTS.forget()
     standin = HubStandIn()
     try:
         yield standin

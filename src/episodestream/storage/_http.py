@@ -6,8 +6,9 @@ trusted: status, ``Content-Range`` start/end/total, body length and the file's v
 Last-Modified), pinned at first contact and sent back as ``If-Range``. Failures that may pass
 (connection errors, timeouts, short bodies, 408/425/429/5xx) are retried under a
 :class:`RetryPolicy`; a short body resumes from the first missing byte. Redirects are followed by
-hand, so each file's target is resolved once and cached (re-resolved once on 403, e.g. an expired
-signed URL), and credentials go only to the origin they were given for.
+hand: a target belongs to the request that got it, and is reused for other ranges only on hosts
+known to allow it (``_redirects.py``); a refused or expired target is resolved again through the
+origin, a bounded number of times. Credentials go only to the origin they were given for.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from episodestream.storage._config import (
     RetryPolicy,
     Timeouts,
 )
+from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
 from episodestream.storage._urls import origin_of, redact_url
 from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
 
@@ -60,6 +62,11 @@ T = TypeVar("T")
 # bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
 DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
 MAX_REDIRECTS = 5
+# Refused (403) redirect targets in a row, each followed by a fresh resolve, before a read
+# gives up; reset whenever bytes arrive.
+MAX_TARGET_REFUSALS = 3
+# A cached target this close to the expiry its query string announces is not reused.
+_EXPIRY_MARGIN_SECONDS = 2.0
 _MAX_ROUTES = 4096
 # read_file() refuses files larger than this unless told otherwise (metadata, not videos).
 DEFAULT_READ_FILE_MAX_BYTES = 512 * 1024 * 1024
@@ -106,6 +113,7 @@ class _Metrics:
             "resumes": 0,
             "redirects": 0,
             "reresolves": 0,
+            "target_refusals": 0,
             "connections": 0,
             "connect_seconds": 0.0,
             "headers_seconds": 0.0,
@@ -130,7 +138,7 @@ class _FileState:
 
     url: str
     label: str = ""  # the URL as error messages show it (redacted), computed once
-    target: str | None = None  # cached redirect target (None: ask ``url``)
+    target: str | None = None  # last redirect target, reused where its host allows
     size: int | None = None
     etag: str | None = None
     last_modified: str | None = None
@@ -683,16 +691,23 @@ class HttpRangeReader:
         done = 0
         attempt = 0
         hops = 0
-        reresolved = False
+        refusals = 0
+        # the target this range was redirected to: (url, start, end); it serves that range only
+        own: tuple[str, int, int] | None = None
         started = time.monotonic()
         while done < end - offset:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
             start = offset + done
-            with self._lock:
-                url = state.target or state.url
-                if_range = _if_range(state)
+            if own is not None and own[1:] == (start, end):
+                url, reused = own[0], False
+            else:
+                own = None
+                url, reused = self._choose_url(state)
+            trusted = self._trusts_validators(url)
             headers = {"Range": f"bytes={start}-{end - 1}"}
+            with self._lock:
+                if_range = _if_range(state) if trusted else None
             if if_range:
                 headers["If-Range"] = if_range
             sent = time.perf_counter()
@@ -700,33 +715,32 @@ class HttpRangeReader:
                 try:
                     response = self._send(url, headers)
                 except _Retry as failure:
+                    if reused:
+                        REDIRECT_HOSTS.release(url)
                     failure.error.args = (f"{failure.error} (bytes {start}-{end - 1})",)
                     raise
                 status = response.status
+                if reused:
+                    self._learn_reuse(state, url, status)
                 if status in _REDIRECTS:
-                    location = response.headers.get("Location")
-                    self._read_small_body(response, 64 * 1024)
+                    target = self._follow(state, response, url, start, end)
                     hops += 1
-                    if not location or hops > MAX_REDIRECTS:
+                    if hops > MAX_REDIRECTS:
                         raise InvalidResponse(
-                            f"{state.label} bytes {start}-{end - 1}: "
-                            f"{'too many redirects' if location else 'redirect without Location'}"
+                            f"{state.label} bytes {start}-{end - 1}: too many redirects"
                         )
-                    _check_location(location, f"{state.label} bytes {start}-{end - 1}")
-                    target = urllib.parse.urljoin(url, location)
-                    if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-                        raise InvalidResponse(
-                            f"{state.label}: redirect to a non-HTTP URL {redact_url(target)!r}"
-                        )
+                    own = (target, start, end)
                     with self._lock:
                         state.target = target
-                    self._metrics.add("redirects")
                     continue
                 if status == 206:
-                    received, failure = self._take_partial(state, response, start, end, sent, limit)
+                    received, failure = self._take_partial(
+                        state, response, start, end, sent, limit, trusted=trusted
+                    )
                     if received:
                         pieces.append(received)
                         done += len(received)
+                        refusals = hops = 0
                     if to_end:
                         end = self._clip_to_size(state, end)
                     if failure is None:
@@ -739,11 +753,12 @@ class HttpRangeReader:
                 if status == 200:
                     if to_end:
                         self._check_total(state, response, _content_length(response), limit)
-                    whole = self._take_whole(state, response, start, end, probe, sent)
+                    whole = self._take_whole(state, response, start, end, probe, sent, trusted)
                     if probe:
                         return b""
                     pieces.append(whole)
                     done += len(whole)
+                    refusals = hops = 0
                     if to_end:
                         end = self._clip_to_size(state, end)
                     continue
@@ -752,18 +767,21 @@ class HttpRangeReader:
                     self._read_small_body(response, 64 * 1024)
                     if total is not None and total <= start:
                         # The file ends exactly where we are (an empty file, for a probe).
-                        self._pin(state, response.headers, total, start, end)
+                        self._pin(state, response.headers, total, start, end, trusted=trusted)
                         break
                     raise InvalidResponse(
                         f"{state.label}: HTTP 416 for bytes {start}- of a file of "
                         f"{total if total is not None else 'unknown'} bytes"
                     )
-                if status == 403 and state.target is not None and not reresolved:
-                    # A cached signed URL expired: ask the origin again, once.
+                if status == 403 and url != state.url and refusals < MAX_TARGET_REFUSALS:
+                    # A redirect target refused: expired, or signed for another range. Ask the
+                    # origin again for this very range (bounded; reset when bytes arrive).
                     self._read_small_body(response, 64 * 1024)
                     with self._lock:
-                        state.target = None
-                    reresolved = True
+                        if state.target == url:
+                            state.target = None
+                    refusals += 1
+                    own = None
                     self._metrics.add("reresolves")
                     continue
                 self._raise_for_status(state, response, start, end)
@@ -771,6 +789,72 @@ class HttpRangeReader:
                 attempt += 1
                 self._after_failure(state, start, end, attempt, started, failure)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    # ------------------------------------------------------------------ redirect targets
+
+    def _choose_url(self, state: _FileState) -> tuple[str, bool]:
+        """(URL to send a new range to, whether it is a cached target reused for it)."""
+        with self._lock:
+            target = state.target
+        if target is not None:
+            expiry = signed_url_expiry(target)
+            fresh = expiry is None or expiry - time.time() > _EXPIRY_MARGIN_SECONDS
+            if fresh and REDIRECT_HOSTS.may_reuse(target):
+                return target, True
+        return state.url, False
+
+    def _learn_reuse(self, state: _FileState, target: str, status: int) -> None:
+        """Report how a host answered a target reused for another range (see _redirects)."""
+        if status == 403:
+            self._metrics.add("target_refusals")
+            if REDIRECT_HOSTS.report(target, refused=True):
+                host = urllib.parse.urlsplit(target).netloc
+                logger.info(
+                    "%s: redirect targets on %s are signed per range; every range on that "
+                    "host is now resolved through %s",
+                    state.label,
+                    host,
+                    urllib.parse.urlsplit(state.url).netloc,
+                )
+        elif status in (200, 206):
+            REDIRECT_HOSTS.report(target, refused=False)
+        else:
+            REDIRECT_HOSTS.release(target)
+
+    def _follow(
+        self, state: _FileState, response: WireResponse, url: str, start: int, end: int
+    ) -> str:
+        """The checked absolute target of a redirect answer (its body drained)."""
+        where = f"{state.label} bytes {start}-{end - 1}"
+        location = response.headers.get("Location")
+        headers = response.headers
+        self._read_small_body(response, 64 * 1024)
+        if not location:
+            raise InvalidResponse(f"{where}: redirect without Location")
+        _check_location(location, where)
+        target = urllib.parse.urljoin(url, location)
+        if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+            raise InvalidResponse(
+                f"{state.label}: redirect to a non-HTTP URL {redact_url(target)!r}"
+            )
+        self._metrics.add("redirects")
+        if url == state.url:
+            self._on_resolve(state, headers, start, end)
+        return target
+
+    def _on_resolve(
+        self, state: _FileState, headers: Mapping[str, str], start: int, end: int
+    ) -> None:
+        """The origin redirected the file: subclasses read what it says of the file's identity
+        (the Hub: ``X-Linked-Size``, ``X-Linked-Etag``). Plain HTTP: nothing."""
+
+    def _trusts_validators(self, url: str) -> bool:
+        """Whether ETag / Last-Modified in answers from ``url`` identify the file's version.
+
+        Plain HTTP: every answer's (the file is pinned on first sight). The Hub overrides it:
+        its CDN hosts' validators differ between hosts for the very same bytes.
+        """
+        return True
 
     def _take_partial(
         self,
@@ -780,6 +864,8 @@ class HttpRangeReader:
         end: int,
         sent: float,
         limit: int | None = None,
+        *,
+        trusted: bool = True,
     ) -> tuple[bytes, _Retry | None]:
         """Check a 206 and read its body: (bytes received, failure or None)."""
         where = f"{state.label} bytes {start}-{end - 1}"
@@ -798,8 +884,8 @@ class HttpRangeReader:
                 InvalidResponse(f"{where}: server answered Content-Range {content_range!r}")
             )
         try:
-            self._pin(state, response.headers, total, start, end)
-        except StaleSourceError:
+            self._pin(state, response.headers, total, start, end, trusted=trusted)
+        except StorageError:
             self._discard(response)
             raise
         self._check_total(state, response, total, limit)
@@ -832,14 +918,15 @@ class HttpRangeReader:
         end: int,
         probe: bool,
         sent: float,
+        trusted: bool = True,
     ) -> bytes:
         """A 200 to a range request: a changed file (If-Range) or a server ignoring ranges."""
         where = f"{state.label} bytes {start}-{end - 1}"
         declared = response.headers.get("Content-Length")
         total = int(declared) if declared is not None and declared.strip().isdigit() else None
         try:
-            self._pin(state, response.headers, total, start, end)
-        except StaleSourceError:
+            self._pin(state, response.headers, total, start, end, trusted=trusted)
+        except StorageError:
             self._discard(response)
             raise
         if probe:
@@ -955,13 +1042,25 @@ class HttpRangeReader:
         total: int | None,
         start: int,
         end: int,
+        *,
+        trusted: bool = True,
     ) -> None:
-        """Pin size and validators at first sight; later answers must agree."""
-        etag = headers.get("ETag")
-        last_modified = headers.get("Last-Modified")
+        """Pin size and validators at first sight; later answers must agree.
+
+        An answer whose validators do not identify the file (``trusted=False``: a Hub CDN
+        host) has only its size checked, and a different size there is a bad answer
+        (:class:`InvalidResponse`), not a changed file: only the origin says that.
+        """
+        etag = headers.get("ETag") if trusted else None
+        last_modified = headers.get("Last-Modified") if trusted else None
         with self._lock:
             problems = []
             if total is not None and state.size is not None and total != state.size:
+                if not trusted:
+                    raise InvalidResponse(
+                        f"{state.label} bytes {start}-{end - 1}: a redirect target reports "
+                        f"a size of {total} bytes, the origin {state.size}"
+                    )
                 problems.append(f"size {state.size} -> {total}")
             if etag and state.etag and etag != state.etag:
                 problems.append(f"ETag {state.etag} -> {etag}")

@@ -1,9 +1,16 @@
 """Hugging Face Hub reader: dataset repos (revision pinned to a commit) and buckets.
 
-Files are read through the Hub's ``resolve`` URLs with the native HTTP reader; the Hub answers
-with a redirect to a CDN host carrying a signed, expiring query string. The token goes to the Hub
-endpoint only (the HTTP reader never sends credentials to another origin); an expired signature
-(403 from the CDN) makes the reader resolve the file again once.
+Files are read through the Hub's ``resolve`` URLs with the native HTTP reader. Small git files
+are served by the Hub itself; large (LFS/Xet) files are redirected to one of several CDN hosts
+with a signed, expiring URL that may be valid for the exact ``Range`` of the redirected request
+only (the HTTP reader learns that once per CDN host: ``_redirects.py``). The token goes to the
+Hub only, never to a CDN host.
+
+A file's identity comes from the Hub, never from a CDN edge: the resolve answer's
+``X-Linked-Size`` and ``X-Linked-Etag`` (or ``X-Xet-Hash``) are pinned at first sight and checked
+on every later resolve, so :class:`StaleSourceError` means the Hub says the file changed (a
+bucket file replaced). CDN hosts send different ETags for the same bytes; their answers are
+checked for size only, and they are never sent ``If-Range``.
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ import json
 import os
 import re
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
 from episodestream.storage._base import normalize_relative_path
-from episodestream.storage._http import HttpRangeReader
+from episodestream.storage._http import HttpRangeReader, _FileState
 from episodestream.storage._location import Location
+from episodestream.storage._urls import origin_of
 
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_token"]
 
@@ -126,6 +135,20 @@ class HubRangeReader(HttpRangeReader):
                 f"Hub revision answer for {self._location.repo_id}@{revision}: bad sha {sha!r}"
             )
         return sha
+
+    def _trusts_validators(self, url: str) -> bool:
+        # the Hub's own answers (plain git files) carry the file's ETag; a CDN host's do not
+        return origin_of(url) == self._auth_origin
+
+    def _on_resolve(
+        self, state: _FileState, headers: Mapping[str, str], start: int, end: int
+    ) -> None:
+        """Pin (first resolve) or check (later ones) the identity the Hub gives the file."""
+        identity = headers.get("X-Linked-Etag") or headers.get("X-Xet-Hash")
+        size_text = (headers.get("X-Linked-Size") or "").strip()
+        size = int(size_text) if size_text.isdigit() else None
+        pinned = {"ETag": identity} if identity else {}
+        self._pin(state, pinned, size, start, end, trusted=True)
 
     def _repo_path(self, clean: str) -> str:
         inner = self._location.path
