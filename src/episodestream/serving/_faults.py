@@ -54,6 +54,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Self
 
+from episodestream._checks import check_choice, check_int, check_number
+from episodestream.errors import ConfigError
 from episodestream.serving._loop import LoopProxy, LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
@@ -129,18 +131,17 @@ class Fault:
     shift_bytes: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; one of {FAULT_KINDS}")
-        if not 100 <= self.status <= 599:
-            raise ValueError(f"status must be an HTTP status, got {self.status}")
-        if self.burst < 1:
-            raise ValueError(f"burst must be >= 1, got {self.burst}")
-        if not 0.0 <= self.body_fraction < 1.0:
-            raise ValueError(f"body_fraction must lie in [0, 1), got {self.body_fraction}")
-        if not self.stall_s >= 0.0:
-            raise ValueError(f"stall_s must be >= 0, got {self.stall_s}")
-        if self.shift_bytes == 0:
-            raise ValueError("shift_bytes must not be 0")
+        check_choice("kind", self.kind, FAULT_KINDS)
+        if not 100 <= check_int("status", self.status) <= 599:
+            raise ConfigError(f"status must be an HTTP status, got {self.status}")
+        if self.retry_after_s is not None:
+            check_number("retry_after_s", self.retry_after_s, minimum=0.0)
+        check_int("burst", self.burst, minimum=1)
+        if not 0.0 <= check_number("body_fraction", self.body_fraction) < 1.0:
+            raise ConfigError(f"body_fraction must lie in [0, 1), got {self.body_fraction}")
+        check_number("stall_s", self.stall_s, minimum=0.0)
+        if check_int("shift_bytes", self.shift_bytes) == 0:
+            raise ConfigError("shift_bytes must not be 0")
 
     @property
     def label(self) -> str:
@@ -215,9 +216,8 @@ class RandomFaults:
         paths_containing: Sequence[str] = (),
     ) -> None:
         if not menu:
-            raise ValueError("menu must hold at least one fault")
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate must lie in [0, 1], got {rate}")
+            raise ConfigError("menu must hold at least one fault")
+        check_number("rate", rate, minimum=0.0, maximum=1.0)
         self.menu = tuple(menu)
         self.rate = rate
         self._rng = random.Random(seed)
@@ -572,7 +572,7 @@ class FaultProxy(LoopProxy):
         if isinstance(upstream, str):
             parsed = urllib.parse.urlsplit(upstream)
             if parsed.hostname is None or parsed.port is None:
-                raise ValueError(f"upstream URL needs a host and a port: {upstream!r}")
+                raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
             upstream = (parsed.hostname, parsed.port)
         self.upstream: tuple[str, int] = upstream
         self._plan: FaultPlan = plan if plan is not None else _NoFaults()

@@ -20,7 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from episodestream.errors import ServingError
+from episodestream._checks import check_int
+from episodestream.errors import ConfigError, ServingError
 from episodestream.serving._accesslog import AccessLogRecord, access_log_format, read_access_log
 from episodestream.serving._net import LOOPBACK_HOST, free_port, port_accepts
 
@@ -134,10 +135,9 @@ class NginxServer:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        if port is not None and not 0 < port < 65536:
-            raise ValueError(f"port must be in 1..65535, got {port}")
+        workers = check_int("workers", workers, minimum=1)
+        if port is not None and not 0 < check_int("port", port) < 65536:
+            raise ConfigError(f"port must be in 1..65535, got {port}")
         self._nginx_path = find_nginx(nginx_path)
         self._explicit_root = Path(root).resolve() if root is not None else None
         if self._explicit_root is not None and not self._explicit_root.is_dir():

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from episodestream.errors import ConfigError
 from episodestream.serving._nginx import NginxServer
 from episodestream.serving._wan import WanEmulator, WanSettings
 
@@ -98,7 +99,7 @@ def serve_dataset(
     if settings is None:
         settings = WanSettings(rtt_ms=rtt_ms, bandwidth_mibps=bandwidth_mibps)
     elif rtt_ms != 0.0 or bandwidth_mibps is not None:
-        raise ValueError("give either settings= or rtt_ms=/bandwidth_mibps=, not both")
+        raise ConfigError("give either settings= or rtt_ms=/bandwidth_mibps=, not both")
     nginx = NginxServer(root, port=nginx_port, workdir=workdir, workers=workers).start()
     try:
         emulator = WanEmulator((nginx.host, nginx.port), settings, port=port).start()

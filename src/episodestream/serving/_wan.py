@@ -28,13 +28,14 @@ import asyncio
 import collections
 import contextlib
 import logging
-import math
 import socket
 import urllib.parse
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Self
 
+from episodestream._checks import check_int, check_number
+from episodestream.errors import ConfigError
 from episodestream.serving._loop import LoopProxy, LoopThread
 from episodestream.serving._net import LOOPBACK_HOST
 
@@ -92,20 +93,12 @@ class WanSettings:
     buffer_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.rtt_ms) and self.rtt_ms >= 0):
-            raise ValueError(f"rtt_ms must be a finite number >= 0, got {self.rtt_ms!r}")
-        if self.bandwidth_mibps is not None and not (
-            math.isfinite(self.bandwidth_mibps) and self.bandwidth_mibps > 0
-        ):
-            raise ValueError(
-                f"bandwidth_mibps must be > 0 or None (no cap), got {self.bandwidth_mibps!r}"
-            )
-        if not (math.isfinite(self.connect_rtts) and self.connect_rtts >= 0):
-            raise ValueError(f"connect_rtts must be >= 0, got {self.connect_rtts!r}")
-        if self.buffer_bytes is not None and self.buffer_bytes < _MIN_CUSTOM_QUEUE_BYTES:
-            raise ValueError(
-                f"buffer_bytes must be >= {_MIN_CUSTOM_QUEUE_BYTES}, got {self.buffer_bytes}"
-            )
+        check_number("rtt_ms", self.rtt_ms, minimum=0.0)
+        if self.bandwidth_mibps is not None:  # None: no cap
+            check_number("bandwidth_mibps", self.bandwidth_mibps, above=0.0)
+        check_number("connect_rtts", self.connect_rtts, minimum=0.0)
+        if self.buffer_bytes is not None:
+            check_int("buffer_bytes", self.buffer_bytes, minimum=_MIN_CUSTOM_QUEUE_BYTES)
 
     @property
     def one_way_delay_s(self) -> float:
@@ -431,7 +424,7 @@ class WanEmulator(LoopProxy):
         if isinstance(upstream, str):
             parsed = urllib.parse.urlsplit(upstream)
             if parsed.hostname is None or parsed.port is None:
-                raise ValueError(f"upstream URL needs a host and a port: {upstream!r}")
+                raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
             upstream = (parsed.hostname, parsed.port)
         self.upstream: tuple[str, int] = upstream
         self.settings = settings if settings is not None else WanSettings()
