@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
+from episodestream._checks import check_choice, check_int, check_number
 from episodestream.datasets import parse_bytes
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigError
@@ -120,44 +121,39 @@ class BenchConfig:
         if unknown:
             raise ConfigError(f"unknown track(s) {unknown}; choose from {list(ALL_TRACKS)}")
         object.__setattr__(self, "tracks", tracks)
-        for name in (
-            "samples",
-            "pool_size",
-            "fetch_workers",
-            "connections",
-            "batch_size",
-            "rounds",
+        for name, minimum in (
+            ("samples", 1),
+            ("pool_size", 1),
+            ("fetch_workers", 1),
+            ("connections", 1),
+            ("batch_size", 1),
+            ("rounds", 1),
+            ("naive_samples", 0),
+            ("decode_samples", 0),
+            ("prefetch_episodes", 0),
+            ("seed", 0),
+            ("decode_threads", 0),
+            ("ffmpeg_threads", 0),
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("naive_samples", "decode_samples", "prefetch_episodes", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
-        if self.keepup_samples is not None and self.keepup_samples < 0:
-            raise ConfigError(f"keepup_samples must be >= 0, got {self.keepup_samples}")
-        if self.torch_threads is not None and self.torch_threads < 1:
-            raise ConfigError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
-        if self.decode_threads < 0 or self.ffmpeg_threads < 0:
-            raise ConfigError("decode_threads and ffmpeg_threads must be >= 0")
-        if self.target_samples_s is not None and not self.target_samples_s > 0:
-            raise ConfigError(f"target_samples_s must be > 0, got {self.target_samples_s}")
-        if self.decoder not in ("auto", "torchcodec", "pyav"):
-            raise ConfigError(
-                f"decoder must be 'auto', 'torchcodec' or 'pyav', got {self.decoder!r}"
-            )
+            check_int(name, getattr(self, name), minimum=minimum)
+        if self.keepup_samples is not None:
+            check_int("keepup_samples", self.keepup_samples, minimum=0)
+        if self.torch_threads is not None:
+            check_int("torch_threads", self.torch_threads, minimum=1)
+        if self.target_samples_s is not None:
+            check_number("target_samples_s", self.target_samples_s, above=0)
+        check_choice("decoder", self.decoder, ("auto", "torchcodec", "pyav"))
         if (self.shard_index is None) != (self.shard_count is None):
             raise ConfigError("give both shard_index and shard_count, or neither")
         if self.shard_count is not None:
             assert self.shard_index is not None
-            if self.shard_count < 1 or not 0 <= self.shard_index < self.shard_count:
+            count = check_int("shard_count", self.shard_count, minimum=1)
+            if not 0 <= check_int("shard_index", self.shard_index) < count:
                 raise ConfigError(
                     f"shard_index must lie in [0, shard_count), got {self.shard_index} of "
                     f"{self.shard_count}"
                 )
-        if not self.wait_timeout_s > 0:
-            raise ConfigError(f"wait_timeout_s must be > 0, got {self.wait_timeout_s}")
+        check_number("wait_timeout_s", self.wait_timeout_s, above=0)
         if self.work_dir is not None and not os.path.isdir(self.work_dir):
             raise ConfigError(f"work_dir {self.work_dir!r} is not an existing folder")
 
@@ -184,7 +180,7 @@ def detect_shard(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
         rank = int(env.get("RANK", "0"))
         world = int(env.get("WORLD_SIZE", "1"))
     except ValueError as error:
-        raise ValueError(f"RANK/WORLD_SIZE must be integers: {error}") from error
+        raise ConfigError(f"RANK/WORLD_SIZE must be integers: {error}") from error
     if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} is not within WORLD_SIZE={world}")
+        raise ConfigError(f"RANK={rank} is not within WORLD_SIZE={world}")
     return rank, world

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from episodestream._checks import check_choice, check_number, check_options
 from episodestream.bench._bench import BenchReport, run_bench
 from episodestream.bench._config import BenchConfig
 from episodestream.bench._report import fmt, format_report, markdown_table, mib, write_plot
 from episodestream.demo import DEMO_SPEC, SyntheticSpec, default_cache_dir, ensure_synthetic_dataset
-from episodestream.errors import EpisodeStreamError
+from episodestream.errors import ConfigTypeError, EpisodeStreamError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.serving import serve_dataset
 from episodestream.storage import HttpRangeReader, Limits
@@ -100,8 +101,15 @@ class DemoConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in _MODES:
-            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {self.mode!r}")
+        check_choice("mode", self.mode, sorted(_MODES))
+        check_number("rtt_ms", self.rtt_ms, minimum=0.0)
+        if self.bandwidth_mibps is not None:  # None: no cap, as WanSettings takes it
+            check_number("bandwidth_mibps", self.bandwidth_mibps, above=0.0)
+        if not isinstance(self.bench, Mapping):
+            raise ConfigTypeError(f"bench must be a dict of BenchConfig fields, got {self.bench!r}")
+        set_here = {"root", "local_root", "access_log", "cache_dir", "progress"}  # by run_demo
+        fields = {f.name for f in dataclasses.fields(BenchConfig)} - set_here
+        check_options("DemoConfig.bench", self.bench, fields)
 
     @property
     def spec(self) -> SyntheticSpec:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from episodestream.errors import ConfigError
+
 __all__ = ["ClipJob", "ClipSource", "EpisodeClip"]
 
 
@@ -28,12 +30,12 @@ class ClipJob:
 
     def __post_init__(self) -> None:
         if self.byte_end <= self.byte_start or self.byte_start < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"episode {self.episode} camera {self.camera!r}: empty or negative byte range "
                 f"[{self.byte_start}, {self.byte_end}) in {self.path!r}"
             )
         if self.clip_nbytes <= 0:
-            raise ValueError(f"episode {self.episode} camera {self.camera!r}: clip size <= 0")
+            raise ConfigError(f"episode {self.episode} camera {self.camera!r}: clip size <= 0")
 
     @property
     def payload_nbytes(self) -> int:

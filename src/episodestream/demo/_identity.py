@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from episodestream.errors import DatasetFormatError
+from episodestream.errors import ConfigError, DatasetFormatError
 
 __all__ = [
     "IDENTITY_BITS",
@@ -70,15 +70,15 @@ def identity_layout(width: int, height: int) -> IdentityLayout:
     """The cell layout for an image size.
 
     Raises:
-        ValueError: the image is too small to hold the 40 cells.
+        ConfigError: (a ValueError) the image is too small to hold the 40 cells.
     """
     cell = 16 if min(width, height) >= 192 else 8
     columns = width // cell
     if columns == 0:
-        raise ValueError(f"image {width}x{height} is too narrow for {cell}-pixel identity cells")
+        raise ConfigError(f"image {width}x{height} is too narrow for {cell}-pixel identity cells")
     rows = -(-IDENTITY_BITS // columns)
     if rows * cell > height:
-        raise ValueError(
+        raise ConfigError(
             f"image {width}x{height} cannot hold the {IDENTITY_BITS} identity cells of "
             f"{cell}x{cell} pixels ({columns} per row needs {rows * cell} rows of pixels); "
             "use at least 64x48"
@@ -98,11 +98,11 @@ def _crc8(payload: int) -> int:
 
 def _encode_bits(episode: int, frame: int, camera: int) -> np.ndarray:
     if not 0 <= episode < MAX_EPISODES:
-        raise ValueError(f"episode {episode} outside [0, {MAX_EPISODES})")
+        raise ConfigError(f"episode {episode} outside [0, {MAX_EPISODES})")
     if not 0 <= frame < MAX_FRAMES_PER_EPISODE:
-        raise ValueError(f"frame {frame} outside [0, {MAX_FRAMES_PER_EPISODE})")
+        raise ConfigError(f"frame {frame} outside [0, {MAX_FRAMES_PER_EPISODE})")
     if not 0 <= camera < MAX_CAMERAS:
-        raise ValueError(f"camera {camera} outside [0, {MAX_CAMERAS})")
+        raise ConfigError(f"camera {camera} outside [0, {MAX_CAMERAS})")
     payload = (episode << (_FRAME_BITS + _CAMERA_BITS)) | (frame << _CAMERA_BITS) | camera
     word = (payload << _CRC_BITS) | _crc8(payload)
     shifts = np.arange(IDENTITY_BITS - 1, -1, -1, dtype=np.uint64)
@@ -136,19 +136,19 @@ def _as_grey(image: Any) -> np.ndarray:
     elif np.issubdtype(array.dtype, np.floating):
         scale = 1.0  # LeRobot hands out float32 in [0, 1]
     else:
-        raise ValueError(f"expected uint8 or float pixels in [0, 1], got dtype {array.dtype}")
+        raise ConfigError(f"expected uint8 or float pixels in [0, 1], got dtype {array.dtype}")
     if array.ndim == 3:
         if array.shape[-1] in (1, 3) and array.shape[0] not in (1, 3):
             channel_axis = -1
         elif array.shape[0] in (1, 3):
             channel_axis = 0
         else:
-            raise ValueError(
+            raise ConfigError(
                 f"image of shape {array.shape} is neither HWC nor CHW with 1 or 3 channels"
             )
         return array.mean(axis=channel_axis, dtype=np.float64) * scale
     if array.ndim != 2:
-        raise ValueError(f"expected one image (HW, HWC or CHW), got shape {array.shape}")
+        raise ConfigError(f"expected one image (HW, HWC or CHW), got shape {array.shape}")
     return array.astype(np.float64) * scale
 
 
@@ -193,7 +193,8 @@ def read_frame_identity(image: Any) -> tuple[int, int]:
 
     Raises:
         DatasetFormatError: the pattern is unreadable or fails its checksum.
-        ValueError: the array is not one image of a supported shape/dtype or size.
+        ConfigError: (a ValueError) the array is not one image of a supported shape, dtype
+            or size.
     """
     episode, frame, _camera = _read_word(image)
     return episode, frame

@@ -11,6 +11,7 @@ import struct
 
 import numpy as np
 
+from episodestream.errors import ConfigError
 from episodestream.mp4._clip import _full, _moov, _Tables
 from episodestream.mp4._index import TrackIndex
 
@@ -74,7 +75,10 @@ def synthetic_moov(
         seed: for the sample sizes.
     """
     if num_samples < 1 or timescale % fps:
-        raise ValueError("need num_samples >= 1 and a timescale divisible by fps")
+        raise ConfigError(
+            f"need num_samples >= 1 and a timescale divisible by fps, got num_samples="
+            f"{num_samples}, timescale={timescale}, fps={fps}"
+        )
     delta = timescale // fps
     full, rest = divmod(num_samples, gop)
     order = np.tile(_gop_decode_order(gop, bframes), full) + np.repeat(
