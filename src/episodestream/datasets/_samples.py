@@ -14,7 +14,7 @@ import torch
 from episodestream.cache import ResidentEpisode
 from episodestream.datasets._options import ImageDtype
 from episodestream.decode import to_float
-from episodestream.errors import SamplingError
+from episodestream.errors import DatasetFormatError, SamplingError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader
 from episodestream.sampling import delta_frame_offsets, delta_query
 
@@ -118,7 +118,9 @@ class SampleBuilder:
         self.video_keys = meta.video_keys
         self.data_keys = meta.data_keys
         if "timestamp" not in self.data_keys and self.video_keys:
-            raise ValueError("meta/info.json: features lack 'timestamp', needed to find frames")
+            raise DatasetFormatError(
+                "meta/info.json: features lack 'timestamp', needed to find frames"
+            )
         features = {f.key: f for f in meta.features}
         self.offsets = delta_frame_offsets(delta_timestamps or {}, meta.fps)
         unknown = sorted(set(self.offsets) - set(features))
