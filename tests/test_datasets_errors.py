@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.errors import (
@@ -115,5 +116,9 @@ def test_bad_index_and_epoch(lerobot_fixture_root: Path, datasets_cache_dir: Pat
     with EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir) as pool:
         with pytest.raises(SamplingError, match="epoch must be an int >= 0, got -1"):
             pool.set_epoch(-1)
+        # never iterated anywhere: nothing was consumed (StatefulDataLoader asks this early)
+        assert pool.state_dict()["samples_consumed"] == 0
+        loader = torch.utils.data.DataLoader(pool, batch_size=4, num_workers=1)
+        assert len(next(iter(loader))["index"]) == 4
         with pytest.raises(SamplingError, match="samples_consumed="):
-            pool.state_dict()  # never iterated here: the caller must say what it consumed
+            pool.state_dict()  # DataLoader workers iterated copies: the caller must say

@@ -110,7 +110,7 @@ def test_selected_episodes_reindex_but_keep_the_sample(
     the sample itself (global ``index`` included) is unchanged."""
     reference = lerobot_reference.samples
     with EpisodeStreamDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir) as full:
-        lengths = {e: int(full.meta.episodes.length[full.meta.episodes.row(e)]) for e in range(5)}
+        lengths = {e: int(full.meta.episodes[e]["length"]) for e in range(5)}
     with EpisodeStreamDataset(
         lerobot_fixture_root, episodes=[3, 1], image_dtype="uint8", cache_dir=datasets_cache_dir
     ) as dataset:

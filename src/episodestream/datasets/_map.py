@@ -6,15 +6,24 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from episodestream.datasets._compat import (
+    check_depth,
+    decoder_for_backend,
+    lerobot_meta,
+    resolve_dataset_name,
+    split_lerobot_args,
+)
 from episodestream.datasets._engine import StreamEngine, open_for_samples
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
+from episodestream.lerobot import LeRobotMetadata
 from episodestream.storage import Location
 
 __all__ = ["EpisodeStreamDataset"]
@@ -29,11 +38,24 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
     the whole episode's clips (one range request per camera) into a byte-budgeted cache and
     prefetches the next selected episode, so sequential and episode-local access hit the cache.
 
+    The constructor takes LeRobot's own arguments with their meaning, so code written for
+    ``LeRobotDataset`` swaps the class and nothing else: ``EpisodeStreamDataset(repo_id,
+    root=..., episodes=..., delta_timestamps=..., image_transforms=..., revision=...,
+    video_backend=..., tolerance_s=..., return_uint8=...)``. Arguments that steer LeRobot's
+    downloads (``force_cache_sync``, ``download_videos``, ...) are accepted and have no effect.
+
     Args:
-        root: local path, ``http(s)://`` URL, ``hf://datasets/org/name[@rev]``, ``s3://``, ...
+        repo_id: ``org/name`` (streams ``hf://datasets/org/name`` unless ``root`` is given), or
+            directly a root: local path, ``http(s)://`` URL, ``hf://datasets/org/name[@rev]``,
+            ``hf://buckets/org/name``, ``s3://``, ...
+        root: where the dataset lives when ``repo_id`` only names it (LeRobot's ``root``).
         revision: Hub branch, tag or commit (pinned to a commit when opened).
         episodes: episode indices to expose, in this order (default: all).
         delta_timestamps: LeRobot's ``{key: [offsets in seconds]}``.
+        tolerance_s: accepted distance between a wanted timestamp and a frame (LeRobot's).
+        video_backend: LeRobot's name for ``decoder`` ("torchcodec" or "pyav").
+        return_uint8: frames as uint8 0..255 (LeRobot 0.6), same as ``image_dtype="uint8"``.
+        repo_type: "dataset" or "bucket" (``hf://buckets/``) for a bare ``repo_id``.
         image_dtype: "float32" (LeRobot's [0, 1]) or "uint8".
         decoder: "auto", "torchcodec" or "pyav"; device: "cpu" or "cuda".
         byte_budget: bytes of clips kept per process (int or "2GiB").
@@ -44,31 +66,51 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str] | Location,
+        repo_id: str | os.PathLike[str] | Location | None = None,
+        root: str | os.PathLike[str] | Location | None = None,
         *,
-        revision: str | None = None,
         episodes: Sequence[int] | None = None,
+        image_transforms: ImageTransform | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float | None = None,
+        revision: str | None = None,
+        video_backend: str | None = None,
+        return_uint8: bool = False,
+        repo_type: str = "dataset",
+        depth_output_unit: str | None = None,
         image_dtype: ImageDtype = "float32",
         decoder: BackendName = "auto",
         device: str = "cpu",
         byte_budget: int | str = "2GiB",
-        image_transforms: ImageTransform | None = None,
         prefetch_next: bool = True,
         **options: Any,
     ) -> None:
+        options = split_lerobot_args(options, "EpisodeStreamDataset")
+        if tolerance_s is not None:
+            options["tolerance_s"] = tolerance_s
+        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type)
         self.options = StreamOptions(
-            revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
+            revision=revision,
+            decoder=decoder_for_backend(video_backend, decoder),
+            device=device,
+            byte_budget=byte_budget,
+            **options,
         )
         self.dataset, self.samples = open_for_samples(
-            root,
+            self.name.location,
             episodes,
             self.options,
             delta_timestamps=delta_timestamps,
-            image_dtype=image_dtype,
+            image_dtype="uint8" if return_uint8 else image_dtype,
             image_transforms=image_transforms,
             resident_episodes=1,
         )
+        # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
+        self._requested_episodes = (
+            None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
+        )
+        self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+        check_depth(self._meta, depth_output_unit)
         self.prefetch_next = prefetch_next
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None
@@ -79,13 +121,30 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
     # -- LeRobot-like surface -------------------------------------------------------------------
 
     @property
-    def meta(self):
-        """The dataset's :class:`~episodestream.lerobot.DatasetMeta`."""
-        return self.dataset.meta
+    def meta(self) -> LeRobotMetadata:
+        """LeRobot's ``LeRobotDatasetMetadata`` surface (features, stats, episodes, ...);
+        our typed metadata is ``meta.dataset_meta``."""
+        return self._meta
 
     @property
-    def fps(self) -> float:
-        return self.dataset.meta.fps
+    def repo_id(self) -> str:
+        return self.name.repo_id
+
+    @property
+    def root(self) -> str | Path:
+        return self.name.root
+
+    @property
+    def revision(self) -> str:
+        return self._meta.revision
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self._meta.features
+
+    @property
+    def fps(self) -> int | float:
+        return self._meta.fps
 
     @property
     def num_episodes(self) -> int:
@@ -96,8 +155,28 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         return self.dataset.num_frames
 
     @property
-    def episodes(self) -> list[int]:
+    def episodes(self) -> list[int] | None:
+        """The episodes asked for, as given (None: all), like LeRobot's."""
+        return self._requested_episodes
+
+    @property
+    def episode_ids(self) -> list[int]:
+        """The episodes this dataset exposes, in index order."""
         return self.dataset.episode_ids.tolist()
+
+    @property
+    def absolute_to_relative_idx(self) -> dict[int, int] | None:
+        """Global frame ``index`` -> position in this dataset, when a subset of episodes is
+        selected (None otherwise), as LeRobot 0.6 maps sampler indices."""
+        if self._requested_episodes is None:
+            return None
+        table = self.dataset.meta.episodes
+        rows = table.rows(self.dataset.episode_ids)
+        lengths = self.dataset.episode_lengths
+        # each selected episode's global indices, laid end to end in this dataset's order
+        first = np.repeat(table.dataset_from_index[rows] - self._starts[:-1], lengths)
+        positions = np.arange(int(lengths.sum()), dtype=np.int64)
+        return dict(zip((first + positions).tolist(), positions.tolist(), strict=True))
 
     def __len__(self) -> int:
         return self.dataset.num_frames

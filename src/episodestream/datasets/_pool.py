@@ -12,11 +12,19 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from episodestream.datasets._compat import (
+    check_depth,
+    decoder_for_backend,
+    lerobot_meta,
+    resolve_dataset_name,
+    split_lerobot_args,
+)
 from episodestream.datasets._engine import (
     OpenedDataset,
     StreamEngine,
@@ -28,6 +36,7 @@ from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import BackendName, DecodeExecutor
 from episodestream.errors import SamplingError
+from episodestream.lerobot import LeRobotMetadata
 from episodestream.sampling import (
     PoolParams,
     PoolSchedule,
@@ -118,12 +127,13 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str] | Location,
+        repo_id: str | os.PathLike[str] | Location | None = None,
+        root: str | os.PathLike[str] | Location | None = None,
         *,
         pool_size: int = 16,
         prefetch_episodes: int = 8,
         byte_budget: int | str = "8GiB",
-        seed: int = 0,
+        seed: int | None = 0,
         shuffle: bool = True,
         episodes: Sequence[int] | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
@@ -136,10 +146,23 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         revision: str | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        tolerance_s: float | None = None,
+        video_backend: str | None = None,
+        return_uint8: bool = False,
+        repo_type: str = "dataset",
+        depth_output_unit: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__()
-        self.params = PoolParams(pool_size=pool_size, seed=seed, shuffle=shuffle)
+        options = split_lerobot_args(options, "EpisodePoolDataset")
+        if tolerance_s is not None:
+            options["tolerance_s"] = tolerance_s
+        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type)
+        # LeRobot's StreamingLeRobotDataset takes seed=None for "unseeded"; the pool's order
+        # must be reproducible across ranks and workers, so None means the default seed
+        self.params = PoolParams(
+            pool_size=pool_size, seed=0 if seed is None else seed, shuffle=shuffle
+        )
         if isinstance(prefetch_episodes, bool) or not isinstance(prefetch_episodes, int):
             raise SamplingError(f"prefetch_episodes must be an int >= 0, got {prefetch_episodes!r}")
         if prefetch_episodes < 0:
@@ -155,17 +178,27 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             raise SamplingError(f"max_pending_samples must be >= 1, got {max_pending_samples}")
         self._rank_args = (rank, world_size)
         self.options = StreamOptions(
-            revision=revision, decoder=decoder, device=device, byte_budget=byte_budget, **options
+            revision=revision,
+            decoder=decoder_for_backend(video_backend, decoder),
+            device=device,
+            byte_budget=byte_budget,
+            **options,
         )
         self.dataset, self.samples = open_for_samples(
-            root,
+            self.name.location,
             episodes,
             self.options,
             delta_timestamps=delta_timestamps,
-            image_dtype=image_dtype,
+            image_dtype="uint8" if return_uint8 else image_dtype,
             image_transforms=image_transforms,
             resident_episodes=pool_size,
         )
+        # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
+        self._requested_episodes = (
+            None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
+        )
+        self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+        check_depth(self._meta, depth_output_unit)
         if "max_open_decoders" not in options:
             # one decoder per resident (and next) episode-camera per decode thread, so random
             # draws across the pool reuse decoders instead of reopening evicted ones
@@ -176,11 +209,57 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             )
         # shared with DataLoader workers, so set_epoch reaches persistent workers too
         self._epoch = multiprocessing.get_context().RawValue("q", 0)
+        # iterations DataLoader workers started on copies of this dataset (shared likewise):
+        # after one, this process's own count says nothing about what the loader delivered
+        self._worker_iterations = multiprocessing.get_context().RawValue("q", 0)
         self._resume: dict[str, Any] | None = None
         self._yielded = 0
+        self._yielded_epoch: int | None = None
         self._iterated_workers: int | None = None
         self._metrics: _PoolMetrics | None = None
         self._engine: StreamEngine | None = None
+
+    # -- LeRobot-like surface -------------------------------------------------------------------
+
+    @property
+    def meta(self) -> LeRobotMetadata:
+        """LeRobot's ``LeRobotDatasetMetadata`` surface (features, stats, episodes, ...);
+        our typed metadata is ``meta.dataset_meta``."""
+        return self._meta
+
+    @property
+    def repo_id(self) -> str:
+        return self.name.repo_id
+
+    @property
+    def root(self) -> str | Path:
+        return self.name.root
+
+    @property
+    def revision(self) -> str:
+        return self._meta.revision
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self._meta.features
+
+    @property
+    def fps(self) -> int | float:
+        return self._meta.fps
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes, all ranks together (one epoch of the dataset)."""
+        return self.dataset.num_frames
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.dataset.episode_ids)
+
+    @property
+    def episodes(self) -> list[int] | None:
+        """The episodes asked for, as given (None: all), like LeRobot's."""
+        return self._requested_episodes
 
     # -- epochs and resume ----------------------------------------------------------------------
 
@@ -227,18 +306,32 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         ``samples_consumed`` counts from the start of the epoch, samples received before an
         earlier resume included.
 
+        Called without arguments inside a DataLoader worker (torchdata's
+        ``StatefulDataLoader`` does so after each batch), it returns that worker's own
+        position; the loader hands it back to the same worker through
+        :meth:`load_state_dict`.
+
         Raises:
             SamplingError: ``samples_consumed`` is not a count such a loader can have
-                delivered (not on a batch boundary, or more than the epoch holds).
+                delivered (not on a batch boundary, or more than the epoch holds), or it is
+                missing while DataLoader workers iterated copies of this dataset.
         """
+        worker = torch.utils.data.get_worker_info()
+        if samples_consumed is None and worker is not None:
+            return self._worker_state(worker.id, worker.num_workers)
         if samples_consumed is None:
             if self._iterated_workers is None:
-                raise SamplingError(
-                    "state_dict() needs samples_consumed= (and num_workers=, batch_size=) "
-                    "unless this process iterated the dataset itself (DataLoader workers "
-                    "iterate copies of it)"
-                )
-            samples_consumed = self._yielded
+                if self._resume is not None and self._resume.get("kind", "rank") == "rank":
+                    return dict(self._resume)  # restored, not iterated yet
+                if self._worker_iterations.value > 0:
+                    raise SamplingError(
+                        "state_dict() needs samples_consumed= (and num_workers=, batch_size=): "
+                        "DataLoader workers iterated copies of this dataset, so this process "
+                        "cannot know what the loader delivered"
+                    )
+                samples_consumed, num_workers = 0, num_workers or 1
+            else:
+                samples_consumed = self._progress()
         if num_workers is None:
             num_workers = self._iterated_workers or 1
         rank, world_size = detect_rank(*self._rank_args)
@@ -251,6 +344,17 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             drop_last=drop_last,
         )
         return {
+            **self._identity(rank, world_size),
+            "kind": "rank",
+            "num_workers": num_workers,
+            "batch_size": int(batch_size),
+            "drop_last": bool(drop_last),
+            "samples_consumed": int(samples_consumed),
+        }
+
+    def _identity(self, rank: int, world_size: int) -> dict[str, Any]:
+        """The fields every resume state carries: what makes two runs' orders the same."""
+        return {
             "version": POOL_STATE_VERSION,
             "seed": self.params.seed,
             "epoch": self.epoch,
@@ -258,17 +362,39 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             "shuffle": self.params.shuffle,
             "rank": rank,
             "world_size": world_size,
-            "num_workers": num_workers,
-            "batch_size": int(batch_size),
-            "drop_last": bool(drop_last),
             "episodes_digest": episodes_digest(
                 self.dataset.episode_ids, self.dataset.episode_lengths
             ),
-            "samples_consumed": int(samples_consumed),
+        }
+
+    def _progress(self) -> int:
+        """Samples of the current epoch this process's iteration has yielded (a restored
+        position counts until iteration resumes it)."""
+        if self._yielded_epoch == self.epoch:
+            return self._yielded
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            key = "samples_yielded" if self._resume.get("kind") == "worker" else "samples_consumed"
+            return int(self._resume[key])
+        return 0
+
+    def _worker_state(self, worker: int, num_workers: int) -> dict[str, Any]:
+        rank, world_size = detect_rank(*self._rank_args)
+        return {
+            **self._identity(rank, world_size),
+            "kind": "worker",
+            "worker": int(worker),
+            "num_workers": int(num_workers),
+            "samples_yielded": self._progress(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the next iteration of its epoch continues it."""
+        """Resume from :meth:`state_dict`; the next iteration of its epoch continues it.
+
+        Takes both a rank's state (from ``state_dict(samples_consumed=...)``) and a DataLoader
+        worker's own (what ``StatefulDataLoader`` collects and restores per worker)."""
+        kind = state.get("kind", "rank") if isinstance(state, Mapping) else None
+        if kind not in ("rank", "worker"):
+            raise SamplingError(f"resume state kind {kind!r} is not 'rank' or 'worker'")
         required = (
             "version",
             "seed",
@@ -278,10 +404,11 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             "rank",
             "world_size",
             "num_workers",
-            "batch_size",
-            "drop_last",
             "episodes_digest",
-            "samples_consumed",
+        ) + (
+            ("batch_size", "drop_last", "samples_consumed")
+            if kind == "rank"
+            else ("worker", "samples_yielded")
         )
         missing = [name for name in required if name not in state]
         if missing:
@@ -291,20 +418,12 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                 f"resume state version {state['version']} is newer than {POOL_STATE_VERSION}"
             )
         rank, world_size = detect_rank(*self._rank_args)
-        expected = {
-            "seed": self.params.seed,
-            "pool_size": self.params.pool_size,
-            "shuffle": self.params.shuffle,
-            "rank": rank,
-            "world_size": world_size,
-            "episodes_digest": episodes_digest(
-                self.dataset.episode_ids, self.dataset.episode_lengths
-            ),
-        }
-        for name, value in expected.items():
-            if state[name] != value:
+        expected = self._identity(rank, world_size)
+        for name in ("seed", "pool_size", "shuffle", "rank", "world_size", "episodes_digest"):
+            if state[name] != expected[name]:
                 raise SamplingError(
-                    f"resume state {name}={state[name]!r} does not match this run's {value!r}"
+                    f"resume state {name}={state[name]!r} does not match this run's "
+                    f"{expected[name]!r}"
                     + (" (the episode set differs)" if name == "episodes_digest" else "")
                 )
         self._epoch.value = int(state["epoch"])
@@ -320,6 +439,14 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         state = self._resume
         if state is None or state["epoch"] != self.epoch:
             return slot, 0
+        if state.get("kind") == "worker":
+            if (state["worker"], state["num_workers"]) != (slot.worker, slot.num_workers):
+                raise SamplingError(
+                    f"resume state of DataLoader worker {state['worker']} of "
+                    f"{state['num_workers']} was handed to worker {slot.worker} of "
+                    f"{slot.num_workers}"
+                )
+            return slot, int(state["samples_yielded"])
         if state["num_workers"] != slot.num_workers:
             raise SamplingError(
                 f"resume state num_workers={state['num_workers']} does not match this "
@@ -348,10 +475,11 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         schedule = PoolSchedule(
             ids, counts, params=self.params, slot=slot, epoch=self.epoch, start=start
         )
-        self._iterated_workers = (
-            slot.num_workers if torch.utils.data.get_worker_info() is None else None
-        )
-        self._yielded = start
+        in_worker = torch.utils.data.get_worker_info() is not None
+        self._iterated_workers = None if in_worker else slot.num_workers
+        if in_worker:
+            self._worker_iterations.value += 1  # racy increments still leave it > 0
+        self._yielded, self._yielded_epoch = start, self.epoch
         if ids.size == 0:
             return
         budget = split_budget(self.options.byte_budget, slot)
@@ -493,15 +621,17 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         state["_metrics"] = None
         if multiprocessing.context.get_spawning_popen() is None:
             # pickled for something other than starting a worker: shared memory cannot go
-            # there, the epoch travels as a value
+            # there, the epoch and the worker-iteration count travel as values
             state["_epoch"] = self.epoch
+            state["_worker_iterations"] = int(self._worker_iterations.value)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if isinstance(state["_epoch"], int):
-            epoch = multiprocessing.get_context().RawValue("q", 0)
-            epoch.value = state["_epoch"]
-            state["_epoch"] = epoch
+        for name in ("_epoch", "_worker_iterations"):
+            if isinstance(state[name], int):
+                shared = multiprocessing.get_context().RawValue("q", 0)
+                shared.value = state[name]
+                state[name] = shared
         self.__dict__.update(state)
 
     def __repr__(self) -> str:

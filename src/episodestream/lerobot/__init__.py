@@ -1,6 +1,12 @@
 """LeRobot v3 layer: dataset metadata and per-episode Parquet rows, read through a RangeReader."""
 
 from episodestream.lerobot._features import Feature, FeatureKind
+from episodestream.lerobot._lerobot_view import (
+    LeRobotEpisodes,
+    LeRobotInfo,
+    LeRobotMetadata,
+    lerobot_stats,
+)
 from episodestream.lerobot._meta import (
     INFO_PATH,
     DatasetMeta,
@@ -19,8 +25,12 @@ __all__ = [
     "EpisodeTable",
     "Feature",
     "FeatureKind",
+    "LeRobotEpisodes",
+    "LeRobotInfo",
+    "LeRobotMetadata",
     "RangeFile",
     "VideoColumns",
+    "lerobot_stats",
     "load_dataset_meta",
     "open_arrow_file",
 ]

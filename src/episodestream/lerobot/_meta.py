@@ -142,6 +142,8 @@ class DatasetMeta:
         info: ``meta/info.json`` as parsed JSON.
         info_sha256: hex SHA-256 of the ``info.json`` bytes (dataset identity).
         episode_files: the ``meta/episodes`` Parquet files read, in order.
+        episode_columns: the ``meta/episodes`` columns other than ``stats/*``, one row per
+            episode in ``episodes`` order (for LeRobot-shaped views).
     """
 
     root: str
@@ -162,6 +164,9 @@ class DatasetMeta:
     info: dict[str, Any]
     info_sha256: str
     episode_files: tuple[str, ...]
+    # every non-``stats/`` column of ``meta/episodes``, rows sorted like ``episodes`` (what
+    # LeRobot's own metadata exposes; stats columns are large and LeRobot drops them too)
+    episode_columns: pa.Table | None = None
 
     @property
     def video_keys(self) -> tuple[str, ...]:
@@ -366,7 +371,28 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _episode_table(files: list[tuple[str, pa.Table]], video_keys: tuple[str, ...]) -> EpisodeTable:
+def _episode_columns(
+    files: list[tuple[str, pa.Table]], order: np.ndarray | None
+) -> pa.Table | None:
+    """The non-``stats/`` columns of every episodes file, in episode order."""
+    if not files:
+        return None
+    parts = [
+        table.select([name for name in table.column_names if not name.startswith("stats/")])
+        for _, table in files
+    ]
+    try:
+        merged = pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowException, TypeError) as error:
+        raise DatasetFormatError(
+            f"{EPISODES_DIR}: the episodes files disagree on their columns: {error}"
+        ) from error
+    return merged.take(pa.array(order)) if order is not None else merged
+
+
+def _episode_table(
+    files: list[tuple[str, pa.Table]], video_keys: tuple[str, ...]
+) -> tuple[EpisodeTable, np.ndarray | None]:
     int_columns = [
         "episode_index",
         "length",
@@ -398,11 +424,14 @@ def _episode_table(files: list[tuple[str, pa.Table]], video_keys: tuple[str, ...
             task_lists.extend(() for _ in range(table.num_rows))
 
     merged = {name: np.concatenate(arrays) for name, arrays in parts.items()}
-    order = np.argsort(merged["episode_index"], kind="stable")
-    if not np.array_equal(order, np.arange(len(order))):
+    order: np.ndarray | None = np.argsort(merged["episode_index"], kind="stable")
+    assert order is not None
+    if np.array_equal(order, np.arange(len(order))):
+        order = None
+    else:
         merged = {name: values[order] for name, values in merged.items()}
         task_lists = [task_lists[i] for i in order.tolist()]
-    return EpisodeTable(
+    table = EpisodeTable(
         episode_index=_frozen(merged["episode_index"]),
         length=_frozen(merged["length"]),
         dataset_from_index=_frozen(merged["dataset_from_index"]),
@@ -421,6 +450,7 @@ def _episode_table(files: list[tuple[str, pa.Table]], video_keys: tuple[str, ...
         ),
         tasks=tuple(task_lists),
     )
+    return table, order
 
 
 def _first_bad(mask: np.ndarray, episodes: np.ndarray) -> int:
@@ -635,7 +665,7 @@ def load_dataset_meta(
         raw_stats = stats_future.result(timeout=META_TIMEOUT_S) if stats_future else None
     if not files and total_episodes:
         raise DatasetFormatError(f"{EPISODES_DIR}: no episodes Parquet files found")
-    table = _episode_table(files, video_keys)
+    table, order = _episode_table(files, video_keys)
     where = files[0][0] if len(files) == 1 else EPISODES_DIR
     _validate_episodes(
         table,
@@ -671,6 +701,7 @@ def load_dataset_meta(
         info=info,
         info_sha256=hashlib.sha256(raw_info).hexdigest(),
         episode_files=tuple(path for path, _ in files),
+        episode_columns=_episode_columns(files, order),
     )
     # resolve every referenced file once so a traversal fails at load, not mid-training
     meta.data_files()
