@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import io
 import json
+import math
 import re
 import socket
 import struct
@@ -412,6 +413,28 @@ class FaultServer:
         self._server.close()
 
 
+class _HeaderAdder:
+    """A request handler that adds ``extra`` headers to whatever head it sends."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler, extra: dict[str, str]) -> None:
+        self._handler = handler
+        self._extra = extra
+
+    def end_headers(self) -> None:
+        for name, value in self._extra.items():
+            self._handler.send_header(name, value)
+        self._handler.end_headers()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handler, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("_handler", "_extra"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._handler, name, value)
+
+
 class HubStandIn:
     """A local Hugging Face Hub: API + ``resolve`` on 127.0.0.1, Xet-like CDN hosts on
     127.0.0.2, 127.0.0.3, … — as unkind as the real service, and checked against
@@ -462,6 +485,8 @@ class HubStandIn:
         self._buckets: dict[str, dict[str, str]] = {}
         self._next_cdn = 0
         self._cdn_faults: collections.deque[Fault] = collections.deque()
+        self._quota: tuple[str, int, float] | None = None  # (name, requests, window seconds)
+        self._window: tuple[float, int] = (0.0, 0)  # (start, requests counted)
         self.hub_requests: list[RecordedRequest] = []
         self.cdn_requests: list[RecordedRequest] = []
         self._hub = _LoopbackServer("127.0.0.1", self._handle_hub, self.hub_requests, self._lock)
@@ -506,6 +531,34 @@ class HubStandIn:
         with self._lock:
             self._clock_offset += self.ttl_seconds + 1
 
+    def limit_rate(self, quota: int, window_seconds: float, name: str = "resolvers") -> None:
+        """From now on, ``quota`` Hub requests per fixed window of ``window_seconds``; beyond
+        it, 429 with only ``RateLimit`` / ``RateLimit-Policy`` (no ``Retry-After``), as the Hub
+        answers. Every Hub answer carries ``RateLimit``."""
+        with self._lock:
+            self._quota = (name, quota, window_seconds)
+            self._window = (time.monotonic(), 0)
+
+    def _count_request(self) -> tuple[bool, dict[str, str]]:
+        """(allowed, RateLimit headers) for one Hub request under the quota."""
+        with self._lock:
+            if self._quota is None:
+                return True, {}
+            name, quota, window = self._quota
+            start, used = self._window
+            now = time.monotonic()
+            if now - start >= window:
+                start, used = start + window * ((now - start) // window), 0
+            allowed = used < quota
+            used += 1 if allowed else 0
+            self._window = (start, used)
+        reset = max(1, math.ceil(start + window - now))
+        headers = {
+            "RateLimit": f'"{name}";r={quota - used};t={reset}',
+            "RateLimit-Policy": f'"fixed window";"{name}";q={quota};w={window:g}',
+        }
+        return allowed, headers
+
     def inject_cdn(self, *faults: Fault) -> None:
         """Apply ``faults`` to the next validly signed CDN answers, whatever the host."""
         with self._lock:
@@ -542,6 +595,13 @@ class HubStandIn:
     # -- hub host
 
     def _handle_hub(self, handler: BaseHTTPRequestHandler, record: RecordedRequest) -> None:
+        allowed, quota_headers = self._count_request()
+        if not allowed:
+            message = "You have exceeded the rate limit for resolvers; wait for the window to reset"
+            _send_json(handler, 429, {"error": message}, record, quota_headers)
+            return
+        if quota_headers:
+            handler = _HeaderAdder(handler, quota_headers)  # type: ignore[assignment]
         # matched percent-encoded, so a revision "refs%2Fpr%2F1" stays one path segment
         path = record.raw_path
         query = urllib.parse.parse_qs(record.query)
@@ -789,15 +849,18 @@ def fault_server() -> Iterator[FaultServer]:
 def hub_standin() -> Iterator[HubStandIn]:
     """A fresh Hugging Face Hub stand-in (Hub API + resolve on 127.0.0.1, CDN hosts on
     127.0.0.2 and 127.0.0.3); what readers learnt of earlier stand-ins' CDN hosts is forgotten
-    (a port may be reused)."""
+    (a port may be reused), and so are rate-limit windows."""
+    from episodestream.storage._hostgate import HOST_GATES
     from episodestream.storage._redirects import REDIRECT_HOSTS
 
     REDIRECT_HOSTS.forget()
+    HOST_GATES.forget()
     standin = HubStandIn()
     try:
         yield standin
     finally:
         standin.close()
+        HOST_GATES.forget()
 
 
 @pytest.fixture(scope="session")

@@ -101,6 +101,10 @@ class RetryPolicy:
             clients that failed together do not retry together.
         retry_after_max_seconds: a server's ``Retry-After`` is honoured up to this long.
         retry_statuses: HTTP statuses worth retrying.
+        rate_limit_max_seconds: a 429 that announces when its quota resets (``RateLimit``
+            headers, or ``Retry-After``) is waited out, for every thread asking that host,
+            without counting as a failed attempt, if the window ends within this long; a
+            longer announced wait fails at once, naming it.
     """
 
     max_attempts: int = 8
@@ -111,6 +115,7 @@ class RetryPolicy:
     jitter: float = 0.5
     retry_after_max_seconds: float = 30.0
     retry_statuses: frozenset[int] = field(default=RETRYABLE_STATUSES)
+    rate_limit_max_seconds: float = 900.0
 
     def __post_init__(self) -> None:
         check_int("RetryPolicy.max_attempts", self.max_attempts, minimum=1)
@@ -120,6 +125,7 @@ class RetryPolicy:
             "backoff_initial_seconds",
             "backoff_max_seconds",
             "retry_after_max_seconds",
+            "rate_limit_max_seconds",
         ):
             check_number(f"RetryPolicy.{name}", getattr(self, name), minimum=0.0)
         check_number("RetryPolicy.backoff_multiplier", self.backoff_multiplier, minimum=1.0)

@@ -48,6 +48,8 @@ from episodestream.storage._config import (
     RetryPolicy,
     Timeouts,
 )
+from episodestream.storage._hostgate import HOST_GATES
+from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
 from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
 from episodestream.storage._urls import origin_of, redact_url
 from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
@@ -65,6 +67,8 @@ MAX_REDIRECTS = 5
 # Refused (403) redirect targets in a row, each followed by a fresh resolve, before a read
 # gives up; reset whenever bytes arrive.
 MAX_TARGET_REFUSALS = 3
+# Rate-limited answers in a row for one request, each waited out, before it gives up.
+MAX_QUOTA_WAITS = 64
 # A cached target this close to the expiry its query string announces is not reused.
 _EXPIRY_MARGIN_SECONDS = 2.0
 _MAX_ROUTES = 4096
@@ -114,6 +118,8 @@ class _Metrics:
             "redirects": 0,
             "reresolves": 0,
             "target_refusals": 0,
+            "rate_limited": 0,
+            "quota_wait_seconds": 0.0,
             "connections": 0,
             "connect_seconds": 0.0,
             "headers_seconds": 0.0,
@@ -148,12 +154,18 @@ class _Retry(Exception):  # internal control flow, never escapes the reader
     """One attempt failed in a way worth retrying; carries the typed error to raise at the end."""
 
     def __init__(
-        self, error: StorageError, *, status: int | None = None, retry_after: float | None = None
+        self,
+        error: StorageError,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        quota: RateLimit | None = None,
     ) -> None:
         super().__init__(str(error))
         self.error = error
         self.status = status
         self.retry_after = retry_after
+        self.quota = quota  # a 429 that said when its quota resets: wait, do not count it
 
 
 class HttpRangeReader:
@@ -415,9 +427,12 @@ class HttpRangeReader:
 
     def metrics(self) -> dict[str, float | int]:
         """Counters since creation: requests, bytes (received), bytes_returned, retries, resumes,
-        redirects, reresolves, connections, failures, ``status_<code>`` counts, and time sums in
-        seconds: connect, headers (request sent → headers, includes connect), first_byte
-        (request sent → first body byte), body (first → last body byte)."""
+        redirects, reresolves (a redirect target refused, resolved again), target_refusals
+        (reused targets refused: learning a per-range signed host), rate_limited (429s that
+        announced their window; also counted in retries), connections, failures,
+        ``status_<code>`` counts, and time sums in seconds: connect, headers (request sent →
+        headers, includes connect), first_byte (request sent → first body byte), body (first →
+        last body byte), quota_wait (waiting for a host's rate-limit window)."""
         return self._metrics.snapshot()
 
     # ------------------------------------------------------------------------- planning
@@ -579,7 +594,14 @@ class HttpRangeReader:
         return route
 
     def _send(self, url: str, extra: dict[str, str] | None = None) -> WireResponse:
-        """One GET whose response body is left unread; transport failures become ``_Retry``."""
+        """One GET whose response body is left unread; transport failures become ``_Retry``.
+
+        Waits first while the host's quota gate is closed (a 429 announced its window)."""
+        if HOST_GATES.remaining(url) > 0:
+            waited = HOST_GATES.wait(url, self._stop)
+            self._metrics.add("quota_wait_seconds", waited)
+            if self._stop.is_set():
+                raise StorageError(f"{self!r} was closed while waiting for a rate limit")
         pool, target, base = self._route(url)
         headers = {**base, **extra} if extra else base
         started = time.perf_counter()
@@ -694,7 +716,9 @@ class HttpRangeReader:
         refusals = 0
         # the target this range was redirected to: (url, start, end); it serves that range only
         own: tuple[str, int, int] | None = None
+        limited = 0
         started = time.monotonic()
+        gate_mark = HOST_GATES.waited_here()
         while done < end - offset:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
@@ -740,7 +764,7 @@ class HttpRangeReader:
                     if received:
                         pieces.append(received)
                         done += len(received)
-                        refusals = hops = 0
+                        refusals = hops = limited = 0
                     if to_end:
                         end = self._clip_to_size(state, end)
                     if failure is None:
@@ -758,7 +782,7 @@ class HttpRangeReader:
                         return b""
                     pieces.append(whole)
                     done += len(whole)
-                    refusals = hops = 0
+                    refusals = hops = limited = 0
                     if to_end:
                         end = self._clip_to_size(state, end)
                     continue
@@ -786,9 +810,42 @@ class HttpRangeReader:
                     continue
                 self._raise_for_status(state, response, start, end)
             except _Retry as failure:
+                if failure.quota is not None:
+                    limited += 1
+                    self._hold_for_quota(state, url, start, end, limited, failure)
+                    continue
                 attempt += 1
-                self._after_failure(state, start, end, attempt, started, failure)
+                # time spent waiting for a quota window is not time spent failing
+                waited = HOST_GATES.waited_here() - gate_mark
+                self._after_failure(state, start, end, attempt, started + waited, failure)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _hold_for_quota(
+        self, state: _FileState, url: str, start: int, end: int, limited: int, failure: _Retry
+    ) -> None:
+        """A 429 announced when its quota resets: close the host's gate for that long (every
+        thread waits in ``_send``), or give up when the wait is beyond the policy's bound."""
+        quota = failure.quota
+        assert quota is not None
+        wait = quota.wait_seconds or 0.0
+        bound = self._retry.rate_limit_max_seconds
+        self._metrics.add("rate_limited")
+        giving_up = wait > bound or limited > MAX_QUOTA_WAITS
+        self._log_failure(state, start, end, limited, failure, None if giving_up else wait)
+        if self._stop.is_set():
+            raise StorageError(f"{self!r} was closed during the read") from failure.error
+        if giving_up:
+            error = failure.error
+            reason = (
+                f"the quota resets in {wait:.0f} s, beyond retry.rate_limit_max_seconds={bound:g}"
+                if wait > bound
+                else f"rate-limited {limited} times in a row"
+            )
+            error.args = (f"{error}: {quota.describe()}; {reason}",)
+            self._metrics.add("failures")
+            raise error
+        self._metrics.add("retries")  # a retry like any other, just not a failed attempt
+        HOST_GATES.hold(url, wait, quota.describe())
 
     # ------------------------------------------------------------------ redirect targets
 
@@ -1097,10 +1154,13 @@ class HttpRangeReader:
         headers = response.headers
         self._read_small_body(response, 64 * 1024)
         if self._retry.is_retryable_status(status):
+            quota = parse_rate_limit(headers) if status == 429 else None
+            announced = quota is not None and quota.wait_seconds is not None
             raise _Retry(
                 StorageError(f"{where}: HTTP {status}"),
                 status=status,
                 retry_after=RetryPolicy.parse_retry_after(headers.get("Retry-After")),
+                quota=quota if announced else None,
             )
         if status in (404, 410):
             raise NotFound(f"{where}: HTTP {status}, no such file")
@@ -1176,7 +1236,9 @@ class HttpRangeReader:
         """GET a small whole document (API JSON), with the same retries and auth rules."""
         attempt = 0
         hops = 0
+        limited = 0
         started = time.monotonic()
+        gate_mark = HOST_GATES.waited_here()
         state = _FileState(url, redact_url(url))
         while True:
             if self._stop.is_set():
@@ -1203,8 +1265,13 @@ class HttpRangeReader:
                     return body, headers
                 self._raise_for_status(state, response, None, None)
             except _Retry as failure:
+                if failure.quota is not None:
+                    limited += 1
+                    self._hold_for_quota(state, url, 0, 1, limited, failure)
+                    continue
                 attempt += 1
-                self._after_failure(state, 0, 1, attempt, started, failure)
+                waited = HOST_GATES.waited_here() - gate_mark
+                self._after_failure(state, 0, 1, attempt, started + waited, failure)
 
 
 # Readers alive in this process: a forked child makes each drop its parent's runtime.
