@@ -13,10 +13,12 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from episodestream._checks import check_options
+from episodestream.datasets._options import StreamOptions
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigError
 from episodestream.lerobot import DatasetMeta, LeRobotMetadata
@@ -134,7 +136,10 @@ def split_lerobot_args(options: Mapping[str, Any], what: str) -> dict[str, Any]:
     ignored = sorted(name for name in options if name in LEROBOT_NO_EFFECT_ARGS)
     if ignored:
         logger.debug("%s: LeRobot argument(s) %s have no effect when streaming", what, ignored)
-    return {name: value for name, value in options.items() if name not in LEROBOT_NO_EFFECT_ARGS}
+    kept = {name: value for name, value in options.items() if name not in LEROBOT_NO_EFFECT_ARGS}
+    # the rest become StreamOptions: name a typo here, not as StreamOptions.__init__'s TypeError
+    check_options(what, kept, (f.name for f in fields(StreamOptions)))
+    return kept
 
 
 def lerobot_meta(meta: DatasetMeta, name: DatasetName, revision: str | None) -> LeRobotMetadata:

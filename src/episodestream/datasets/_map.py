@@ -23,6 +23,7 @@ from episodestream.datasets._engine import StreamEngine, open_for_samples
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
+from episodestream.errors import ConfigTypeError
 from episodestream.lerobot import LeRobotMetadata
 from episodestream.storage import Location
 
@@ -190,7 +191,7 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         """(position of the episode among the selected ones, frame within it)."""
         n = len(self)
         if isinstance(index, bool) or not isinstance(index, int | np.integer):
-            raise TypeError(f"index must be an int, got {type(index).__name__}")
+            raise ConfigTypeError(f"index must be an int, got {type(index).__name__}")
         position = int(index) + n if index < 0 else int(index)
         if not 0 <= position < n:
             raise IndexError(f"index {index} out of range for {n} frames")

@@ -167,6 +167,8 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             raise SamplingError(f"prefetch_episodes must be an int >= 0, got {prefetch_episodes!r}")
         if prefetch_episodes < 0:
             raise SamplingError(f"prefetch_episodes must be >= 0, got {prefetch_episodes}")
+        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int):
+            raise SamplingError(f"decode_threads must be an int >= 0, got {decode_threads!r}")
         if decode_threads < 0:
             raise SamplingError(f"decode_threads must be >= 0, got {decode_threads}")
         self.prefetch_episodes = prefetch_episodes
