@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodestream.errors import DatasetFormatError, NotFound, StorageError
+from episodestream.errors import BudgetError, DatasetFormatError, NotFound, StorageError
 from episodestream.lerobot._meta import DatasetMeta
 from episodestream.lerobot._rangefile import open_arrow_file
 from episodestream.storage import RangeReader
@@ -129,7 +129,7 @@ class EpisodeRowReader:
         byte_budget: int = DEFAULT_ROW_CACHE_BYTES,
     ) -> None:
         if not isinstance(byte_budget, int) or byte_budget < 0:
-            raise ValueError(f"byte_budget must be a non-negative int, got {byte_budget!r}")
+            raise BudgetError(f"byte_budget must be a non-negative int, got {byte_budget!r}")
         self._reader = reader
         self._meta = meta
         self._byte_budget = byte_budget
