@@ -49,6 +49,7 @@ from episodestream.storage._config import (
     Timeouts,
 )
 from episodestream.storage._hostgate import HOST_GATES
+from episodestream.storage._messages import server_message
 from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
 from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
 from episodestream.storage._urls import origin_of, redact_url
@@ -895,7 +896,7 @@ class HttpRangeReader:
                 f"{state.label}: redirect to a non-HTTP URL {redact_url(target)!r}"
             )
         self._metrics.add("redirects")
-        if url == state.url:
+        if url == state.url or self._trusts_validators(url):
             self._on_resolve(state, headers, start, end)
         return target
 
@@ -1152,7 +1153,7 @@ class HttpRangeReader:
         if start is not None and end is not None:
             where = f"{where} bytes {start}-{end - 1}"
         headers = response.headers
-        self._read_small_body(response, 64 * 1024)
+        body = self._read_small_body(response, 64 * 1024)
         if self._retry.is_retryable_status(status):
             quota = parse_rate_limit(headers) if status == 429 else None
             announced = quota is not None and quota.wait_seconds is not None
@@ -1166,7 +1167,12 @@ class HttpRangeReader:
             raise NotFound(f"{where}: HTTP {status}, no such file")
         if status in (401, 403):
             hint = " (a token may be missing or lack access)" if status == 401 else ""
-            raise StorageError(f"{where}: HTTP {status}, access denied{hint}")
+            secrets = [
+                v for value in self._credentials.values() for v in (value, value.split()[-1])
+            ]
+            said = server_message(headers, body, secrets)
+            reason = f" — the server says: {said}" if said else ""
+            raise StorageError(f"{where}: HTTP {status}, access denied{hint}{reason}")
         if status == 416:
             total = _unsatisfied_total(headers.get("Content-Range"))
             with self._lock:

@@ -31,6 +31,13 @@ from episodestream.storage._urls import origin_of
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_token"]
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+STAGING_HUB_ENDPOINT = "https://hub-ci.huggingface.co"
+# Hub hosts that receive the token besides the configured endpoint: an HF_ENDPOINT mirror may
+# redirect back to them, and huggingface_hub keeps the token on such a redirect (its
+# ``_is_same_or_hub_host``). Never a CDN host.
+HUB_ORIGINS: frozenset[tuple[str, str, int]] = frozenset(
+    {("https", "huggingface.co", 443), ("https", "hub-ci.huggingface.co", 443)}
+)
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.IGNORECASE)
 # A tree listing is paginated; this bounds the pages followed (1,000 entries each on the Hub).
@@ -38,16 +45,46 @@ _MAX_LIST_PAGES = 100_000
 
 
 def hub_token(token: str | bool | None = None) -> str | None:
-    """The Hub token to use: ``token`` if a str, none if ``False``, else the ambient login.
+    """The Hub token to use, decided as huggingface_hub decides it (``get_token_to_send``).
+
+    - a str: that token; ``False``: none;
+    - ``None``: the ambient login, unless ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set (then none);
+    - ``True``: the ambient login, and a :class:`StorageError` when there is none.
 
     The ambient login is ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the file
     ``huggingface_hub`` stores on ``hf auth login``: ``HF_TOKEN_PATH``, or ``token`` under
     ``HF_HOME`` (default ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``).
+    Environment variables are read at each call (huggingface_hub reads them at import).
     """
     if token is False:
         return None
     if isinstance(token, str) and token:
         return token
+    if token is None and _env_true("HF_HUB_DISABLE_IMPLICIT_TOKEN"):
+        return None
+    ambient = _ambient_token()
+    if token is True and ambient is None:
+        raise StorageError(
+            "token=True but no Hub token found: set HF_TOKEN or log in with `hf auth login`"
+        )
+    return ambient
+
+
+def hub_endpoint() -> str:
+    """The Hub endpoint as huggingface_hub picks it: ``HF_ENDPOINT`` (default
+    ``https://huggingface.co``), replaced by the staging Hub when ``HUGGINGFACE_CO_STAGING``
+    is set."""
+    if _env_true("HUGGINGFACE_CO_STAGING"):
+        return STAGING_HUB_ENDPOINT
+    return os.environ.get("HF_ENDPOINT", DEFAULT_HUB_ENDPOINT).rstrip("/") or DEFAULT_HUB_ENDPOINT
+
+
+def _env_true(name: str) -> bool:
+    """An environment switch as huggingface_hub reads one (``1``, ``ON``, ``YES``, ``TRUE``)."""
+    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _ambient_token() -> str | None:
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         value = os.environ.get(name, "").strip()
         if value:
@@ -71,7 +108,7 @@ class HubRangeReader(HttpRangeReader):
     Args:
         location: an ``hf://datasets/…`` or ``hf://buckets/…`` root (str or :class:`Location`).
         token: a token, ``False`` for none, or ``None`` for the ambient login (:func:`hub_token`).
-        endpoint: the Hub's base URL; default ``HF_ENDPOINT`` or ``https://huggingface.co``.
+        endpoint: the Hub's base URL; default :func:`hub_endpoint`.
         **http_options: passed to :class:`HttpRangeReader` (timeouts, limits, retry, …).
 
     A dataset's revision (default ``main``) is resolved to its commit sha when the reader is
@@ -91,7 +128,7 @@ class HubRangeReader(HttpRangeReader):
         parsed = Location.parse(location)
         if parsed.kind != "hub":
             raise LocationError(f"not a Hub location: {parsed.url!r}")
-        endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT).rstrip("/")
+        endpoint = (endpoint or hub_endpoint()).rstrip("/")
         super().__init__(endpoint, token=hub_token(token), **http_options)
         self._location = parsed
         self._commit: str | None = None
@@ -136,9 +173,19 @@ class HubRangeReader(HttpRangeReader):
             )
         return sha
 
+    def _is_hub(self, url: str) -> bool:
+        origin = origin_of(url)
+        return origin == self._auth_origin or origin in HUB_ORIGINS
+
     def _trusts_validators(self, url: str) -> bool:
         # the Hub's own answers (plain git files) carry the file's ETag; a CDN host's do not
-        return origin_of(url) == self._auth_origin
+        return self._is_hub(url)
+
+    def _headers_for(self, url: str) -> dict[str, str]:
+        headers = super()._headers_for(url)
+        if self._credentials and self._is_hub(url):
+            headers.update(self._credentials)
+        return headers
 
     def _on_resolve(
         self, state: _FileState, headers: Mapping[str, str], start: int, end: int
