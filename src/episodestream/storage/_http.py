@@ -52,6 +52,7 @@ from episodestream.storage._hostgate import HOST_GATES
 from episodestream.storage._messages import server_message
 from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
 from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
+from episodestream.storage._tls import client_context
 from episodestream.storage._urls import origin_of, redact_url
 from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
 
@@ -551,14 +552,7 @@ class HttpRangeReader:
                 raise StorageError(f"{self!r} is closed")
             pool = self._pools.get(origin)
             if pool is None:
-                context = None
-                if scheme == "https":
-                    context = ssl.create_default_context(
-                        cafile=self._verify if isinstance(self._verify, str) else None
-                    )
-                    if self._verify is False:
-                        context.check_hostname = False
-                        context.verify_mode = ssl.CERT_NONE
+                context = client_context(self._verify) if scheme == "https" else None
                 pool = self._pools[origin] = WirePool(
                     scheme,
                     host,
