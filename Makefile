@@ -3,10 +3,17 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 PYTEST_ARGS ?=
+# LeRobot's own code runs in its own environment, never in .venv (its pins conflict with ours)
+LEROBOT_VENV := .venv-lerobot
+LEROBOT_PY := $(LEROBOT_VENV)/bin/python
+LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
+PIP := --quiet --disable-pip-version-check
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup setup-lerobot demo test test-main test-lerobot bench lint clean
 
 setup: $(VENV_STAMP)
+
+setup-lerobot: $(LEROBOT_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@missing=""; \
@@ -24,15 +31,33 @@ $(VENV_STAMP): pyproject.toml
 	fi
 	@[ -x $(PY) ] || python3 -m venv .venv
 	# torch first and pinned: the CPU build lies on local disk; an open range would fetch CUDA.
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# The package declares ranges; constraints/dev.txt pins the pair developed against.
+	$(PY) -m pip install $(PIP) -c constraints/dev.txt torch
+	$(PY) -m pip install $(PIP) -c constraints/dev.txt -e '.[dev]'
 	@touch $(VENV_STAMP)
+
+$(LEROBOT_STAMP): pyproject.toml constraints/lerobot-0.4.txt constraints/lerobot-0.4-requirements.txt
+	@[ -x $(LEROBOT_PY) ] || python3 -m venv $(LEROBOT_VENV)
+	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt torch torchvision torchcodec
+	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt --no-deps lerobot
+	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt \
+	    -r constraints/lerobot-0.4-requirements.txt
+	# episodestream with its test tools; the constraints keep LeRobot's torch in place
+	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt -e '.[dev]'
+	$(LEROBOT_PY) -c "import lerobot.scripts.lerobot_train, episodestream, torchcodec"
+	@touch $(LEROBOT_STAMP)
 
 demo: setup
 	.venv/bin/episodestream demo
 
-test: setup
+test: test-main test-lerobot
+
+test-main: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# LeRobot's own train() on our datasets (tests/lerobot_train), in .venv-lerobot
+test-lerobot: setup-lerobot
+	EPISODESTREAM_TEST_ENV=lerobot $(LEROBOT_PY) -m pytest tests/lerobot_train $(PYTEST_ARGS)
 
 bench: setup
 	.venv/bin/episodestream demo --full
@@ -42,4 +67,4 @@ lint: setup
 	.venv/bin/ruff format --check src tests examples
 
 clean:
-	rm -rf .venv .pytest_cache .ruff_cache .hypothesis
+	rm -rf .venv $(LEROBOT_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,300 @@
+"""LeRobot's own ``train()`` (0.4.x, ACT and diffusion on CPU) on episodestream datasets.
+
+Runs in the LeRobot test environment (``make test-lerobot``), never in ``.venv``. The same
+``TrainPipelineConfig`` trains three times on the repository's LeRobot-written fixture: with
+LeRobot's ``LeRobotDataset``, with ``EpisodeStreamDataset`` (map-style, streamed over HTTP)
+and with ``EpisodePoolDataset`` (``--dataset.streaming=true``), the latter two through
+``episodestream.integrations.lerobot.make_dataset``. Batches and step losses are recorded
+from inside LeRobot's loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from lerobot.configs.default import DatasetConfig
+from lerobot.configs.train import TrainPipelineConfig
+from lerobot.datasets import factory as lerobot_factory
+from lerobot.datasets import video_utils as lerobot_video_utils
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+from lerobot.policies.act.configuration_act import ACTConfig
+from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+from lerobot.scripts import lerobot_train
+
+from episodestream import EpisodePoolDataset, EpisodeStreamDataset
+from episodestream.integrations.lerobot import make_dataset, use_episodestream
+
+REPO_ID = "local/lerobot_sim5"
+STEPS = 20
+BATCH_SIZE = 4
+
+
+@dataclasses.dataclass
+class TrainRecord:
+    """What LeRobot's loop saw: the raw batches (before its pre-processor), the step losses,
+    the dataset it built and the episode-aware sampler, when it made one."""
+
+    batches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    losses: list[float] = dataclasses.field(default_factory=list)
+    datasets: list[Any] = dataclasses.field(default_factory=list)
+    samplers: list[Any] = dataclasses.field(default_factory=list)
+
+
+def _act_policy() -> ACTConfig:
+    return ACTConfig(
+        device="cpu",
+        push_to_hub=False,
+        pretrained_backbone_weights=None,
+        chunk_size=8,
+        n_action_steps=8,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        n_vae_encoder_layers=1,
+        latent_dim=8,
+    )
+
+
+def _diffusion_policy() -> DiffusionConfig:
+    return DiffusionConfig(
+        device="cpu",
+        push_to_hub=False,
+        pretrained_backbone_weights=None,
+        use_group_norm=True,
+        n_obs_steps=2,
+        horizon=8,
+        n_action_steps=4,
+        drop_n_last_frames=3,  # horizon - n_action_steps - n_obs_steps + 1
+        down_dims=(16, 32),
+        diffusion_step_embed_dim=16,
+        spatial_softmax_num_keypoints=8,
+        crop_shape=(64, 64),
+        num_train_timesteps=10,
+    )
+
+
+def _config(root: str, out: Path, *, policy: Any, num_workers: int, streaming: bool, steps: int):
+    return TrainPipelineConfig(
+        dataset=DatasetConfig(
+            repo_id=REPO_ID, root=root, video_backend="torchcodec", streaming=streaming
+        ),
+        policy=policy,
+        output_dir=out,
+        job_name="episodestream-test",
+        steps=steps,
+        batch_size=BATCH_SIZE,
+        num_workers=num_workers,
+        seed=1000,
+        save_checkpoint=False,
+        log_freq=0,
+        eval_freq=0,
+    )
+
+
+def _train(builder: Any, cfg: TrainPipelineConfig, monkeypatch: pytest.MonkeyPatch) -> TrainRecord:
+    """LeRobot's train(), unchanged but for the dataset ``builder`` (LeRobot's own
+    ``make_dataset`` or ours), with its loop's batches, losses and sampler recorded."""
+    record = TrainRecord()
+    original_cycle = lerobot_train.cycle
+    original_update = lerobot_train.update_policy
+    original_sampler = lerobot_train.EpisodeAwareSampler
+
+    def recording_cycle(loader: Any) -> Iterator[dict[str, Any]]:
+        for batch in original_cycle(loader):
+            record.batches.append(
+                {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            )
+            yield batch
+
+    def recording_update(train_metrics: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_update(train_metrics, *args, **kwargs)
+        record.losses.append(float(result[0].loss.val))
+        return result
+
+    class RecordingSampler(original_sampler):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            record.samplers.append(self)
+
+    def recording_make_dataset(config: TrainPipelineConfig) -> Any:
+        dataset = builder(config)
+        record.datasets.append(dataset)
+        return dataset
+
+    # LeRobot caches open decoders with their file handles per process; forked DataLoader
+    # workers would share those handles' offsets (corrupt reads in LeRobot's own run), so
+    # each run starts, as a fresh LeRobot process does, with none open
+    lerobot_video_utils._default_decoder_cache.clear()
+    with monkeypatch.context() as patch:
+        patch.setattr(lerobot_train, "cycle", recording_cycle)
+        patch.setattr(lerobot_train, "update_policy", recording_update)
+        patch.setattr(lerobot_train, "EpisodeAwareSampler", RecordingSampler)
+        patch.setattr(lerobot_train, "make_dataset", recording_make_dataset)
+        lerobot_train.train(cfg)
+    return record
+
+
+def _assert_batch_equal(ours: dict[str, Any], theirs: dict[str, Any], where: str) -> None:
+    assert set(ours) == set(theirs), where
+    for key, value in theirs.items():
+        if isinstance(value, torch.Tensor):
+            assert ours[key].dtype == value.dtype, f"{where}: {key} dtype"
+            assert torch.equal(ours[key], value), f"{where}: {key} differs"
+        else:
+            assert list(ours[key]) == list(value), f"{where}: {key} differs"
+
+
+@pytest.fixture(scope="module")
+def lerobot_reference_dataset(lerobot_fixture_root: Path) -> LeRobotDataset:
+    """LeRobot's dataset with the delta timestamps its ACT config asks for."""
+    cfg = _config(
+        str(lerobot_fixture_root),
+        Path("/nonexistent"),
+        policy=_act_policy(),
+        num_workers=0,
+        streaming=False,
+        steps=1,
+    )
+    return lerobot_factory.make_dataset(cfg)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_act_training_on_streamed_datasets_equals_lerobot(
+    num_workers: int,
+    tmp_path: Path,
+    lerobot_fixture_root: Path,
+    lerobot_sim5_url: str,
+    lerobot_reference_dataset: LeRobotDataset,
+    datasets_cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def config(root: str, name: str, streaming: bool) -> TrainPipelineConfig:
+        return _config(
+            root,
+            tmp_path / name,
+            policy=_act_policy(),
+            num_workers=num_workers,
+            streaming=streaming,
+            steps=STEPS,
+        )
+
+    theirs = _train(
+        lerobot_factory.make_dataset,
+        config(str(lerobot_fixture_root), "lerobot", False),
+        monkeypatch,
+    )
+
+    def ours_builder(cfg: TrainPipelineConfig) -> Any:
+        return make_dataset(cfg, cache_dir=datasets_cache_dir)
+
+    ours = _train(ours_builder, config(lerobot_sim5_url, "map", False), monkeypatch)
+    pool = _train(ours_builder, config(lerobot_sim5_url, "pool", True), monkeypatch)
+
+    assert isinstance(theirs.datasets[0], LeRobotDataset)
+    assert isinstance(ours.datasets[0], EpisodeStreamDataset)
+    assert isinstance(pool.datasets[0], EpisodePoolDataset)
+    assert len(theirs.batches) == len(ours.batches) == len(pool.batches) == STEPS
+
+    # map-style: LeRobot's sampler drew the same indices; every batch and every loss equal
+    assert torch.equal(ours.batches[0]["index"], theirs.batches[0]["index"])
+    for step, (mine, reference) in enumerate(zip(ours.batches, theirs.batches, strict=True)):
+        _assert_batch_equal(mine, reference, f"map-style step {step}")
+    assert ours.losses == theirs.losses
+    assert all(np.isfinite(theirs.losses))
+
+    # pool: every sample it drew equals LeRobotDataset[index]; no frame drawn twice
+    drawn: list[int] = []
+    for step, batch in enumerate(pool.batches):
+        for row, index in enumerate(batch["index"].tolist()):
+            reference = lerobot_reference_dataset[index]
+            sample = {k: v[row] for k, v in batch.items()}
+            for key, value in reference.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(sample[key], value), f"pool step {step} {key} @ {index}"
+                else:
+                    assert sample[key] == value, f"pool step {step} {key} @ {index}"
+            drawn.append(index)
+    assert len(drawn) == len(set(drawn)) == STEPS * BATCH_SIZE
+    assert all(np.isfinite(pool.losses)) and len(pool.losses) == STEPS
+
+    # the LeRobot-shaped surface the loop read
+    meta = pool.datasets[0].meta
+    assert meta.camera_keys == lerobot_reference_dataset.meta.camera_keys
+    assert pool.datasets[0].num_frames == lerobot_reference_dataset.num_frames
+    assert pool.datasets[0].num_episodes == lerobot_reference_dataset.num_episodes
+
+
+def test_diffusion_builds_episode_aware_sampler_from_our_meta(
+    tmp_path: Path,
+    lerobot_fixture_root: Path,
+    lerobot_sim5_url: str,
+    datasets_cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = _config(
+        lerobot_sim5_url,
+        tmp_path / "diffusion",
+        policy=_diffusion_policy(),
+        num_workers=0,
+        streaming=False,
+        steps=3,
+    )
+
+    def ours_builder(config: TrainPipelineConfig) -> Any:
+        return make_dataset(config, cache_dir=datasets_cache_dir)
+
+    record = _train(ours_builder, cfg, monkeypatch)
+    assert len(record.samplers) == 1
+    episodes = pq.read_table(
+        lerobot_fixture_root / "meta/episodes/chunk-000/file-000.parquet",
+        columns=["dataset_from_index", "dataset_to_index"],
+    ).to_pydict()
+    drop = cfg.policy.drop_n_last_frames
+    expected = [
+        i
+        for start, end in zip(
+            episodes["dataset_from_index"], episodes["dataset_to_index"], strict=True
+        )
+        for i in range(start, end - drop)
+    ]
+    assert record.samplers[0].indices == expected
+    assert len(record.losses) == 3 and all(np.isfinite(record.losses))
+    # the sampler's indices reached our dataset: every batch index is one it may draw
+    drawn = torch.cat([b["index"] for b in record.batches]).tolist()
+    assert set(drawn) <= set(expected)
+    # two observation steps per sample: frames at t - 1/fps and t, padded at episode starts
+    first = record.batches[0]
+    assert first["observation.images.cam_high"].shape[1] == 2
+    assert first["observation.images.cam_high_is_pad"].shape == (BATCH_SIZE, 2)
+
+
+def test_use_episodestream_swaps_and_restores_lerobot_factory(
+    lerobot_sim5_url: str, datasets_cache_dir: Path
+) -> None:
+    original = lerobot_train.make_dataset
+    cfg = _config(
+        lerobot_sim5_url,
+        Path("/nonexistent"),
+        policy=_act_policy(),
+        num_workers=0,
+        streaming=False,
+        steps=1,
+    )
+    with use_episodestream(cache_dir=datasets_cache_dir):
+        assert lerobot_train.make_dataset is not original
+        dataset = lerobot_train.make_dataset(cfg)
+    assert lerobot_train.make_dataset is original
+    assert isinstance(dataset, EpisodeStreamDataset)
+    # LeRobot's ImageNet override went into our mutable stats, as into LeRobot's own
+    mean = dataset.meta.stats["observation.images.cam_high"]["mean"]
+    assert isinstance(mean, torch.Tensor) and mean.shape == (3, 1, 1)
+    assert dataset.meta.stats["action"]["mean"].dtype == np.float64
