@@ -11,6 +11,9 @@ from inside LeRobot's loop.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +301,74 @@ def test_use_episodestream_swaps_and_restores_lerobot_factory(
     mean = dataset.meta.stats["observation.images.cam_high"]["mean"]
     assert isinstance(mean, torch.Tensor) and mean.shape == (3, 1, 1)
     assert dataset.meta.stats["action"]["mean"].dtype == np.float64
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _readme_recipe() -> str:
+    """The bash block of the README that follows the lerobot-recipe marker, as written."""
+    text = (REPO_ROOT / "README.md").read_text()
+    marker = text.index("<!-- lerobot-recipe")
+    start = text.index("```bash\n", marker) + len("```bash\n")
+    return text[start : text.index("```", start)]
+
+
+def _lerobot_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("EPISODESTREAM_TEST_ENV", None)
+    return env
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_readme_recipe_runs_as_written(
+    streaming: bool, tmp_path: Path, lerobot_sim5_url: str
+) -> None:
+    recipe = _readme_recipe()
+    if streaming:  # the README's one-flag variant
+        recipe = recipe.rstrip() + " --dataset.streaming=true\n"
+    env = _lerobot_env()
+    env.update(ROOT=lerobot_sim5_url, OUT=str(tmp_path / "out"), HOME=str(tmp_path))
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", recipe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    log = result.stdout + result.stderr
+    assert "End of training" in log
+    kind = "EpisodePoolDataset" if streaming else "EpisodeStreamDataset"
+    assert kind in log  # the dataset LeRobot's train() built and logged
+    assert (tmp_path / "out/checkpoints/last/pretrained_model/model.safetensors").is_file()
+
+
+def test_example_script_trains_from_a_streamed_root(tmp_path: Path, lerobot_sim5_url: str) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "examples/train_lerobot.py"),
+            "--root",
+            lerobot_sim5_url,
+            "--repo-id",
+            "local/lerobot_sim5",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--from-scratch",
+            "--streaming",
+        ],
+        cwd=tmp_path,
+        env=_lerobot_env() | {"HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "out/checkpoints/last/pretrained_model/model.safetensors").is_file()

@@ -136,6 +136,7 @@ def make_dataset(cfg: Any, **options: Any) -> EpisodeStreamDataset | EpisodePool
                 dataset.meta.stats.setdefault(key, {})[stats_type] = torch.tensor(
                     stats, dtype=torch.float32
                 )
+    logger.info("LeRobot trains on %r", dataset)
     return dataset
 
 
