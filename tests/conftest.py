@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.plugins.synthetic",
     "tests.plugins.storage",
     "tests.plugins.datasets",
+    "tests.plugins.proxy",
 ]
 
 DATA_DIR = Path(__file__).parent / "data"

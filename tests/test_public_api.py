@@ -21,6 +21,7 @@ PUBLIC_NAMES = [
     "ManifestError",
     "Mp4FormatError",
     "NotFound",
+    "ProxyError",
     "RangeNotSupported",
     "SamplingError",
     "ServingError",

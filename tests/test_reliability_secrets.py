@@ -181,3 +181,59 @@ def test_bench_json_report_holds_no_token(
     assert json.loads(text)  # a real report
     assert f"datasets/{REPO}" in text
     assert not leaks(standin.token, text, output.out, output.err, caplog.text)
+
+
+def test_proxy_password_never_leaves_the_proxy_handshake(
+    tls_front,
+    lerobot_sim5_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """HTTPS_PROXY with credentials: the password goes to the proxy as Proxy-Authorization and
+    appears in no log (DEBUG), metrics, failure log, repr or error — neither when the proxy
+    takes it nor when it refuses it."""
+    from episodestream import ProxyError
+    from tests.plugins.proxy import ConnectProxy
+
+    password = "proxy-pa55word-0123456789abcdef"
+    wrong = "proxy-wr0ng-pass-0123456789abcdef"
+    for name in ("https_proxy", "http_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    caplog.set_level(logging.DEBUG)
+    failure_log = tmp_path / "failures.jsonl"
+    options = {"verify": str(tls_front.cert), "failure_log": failure_log, "retry": QUICK_RETRY}
+    texts: list[str] = []
+    with ConnectProxy(credentials=("trainer", password)) as proxy:
+        where = proxy.url.removeprefix("http://")
+        monkeypatch.setenv("HTTPS_PROXY", f"http://trainer:{password}@{where}")
+        with EpisodeStreamDataset(
+            tls_front.rebase_url(lerobot_sim5_url),
+            cache_dir=tmp_path / "cache",
+            image_dtype="uint8",
+            reader_options=options,
+        ) as dataset:
+            for index in range(0, len(dataset), 40):
+                dataset[index]
+            metrics = dataset.metrics()
+            texts += [repr(metrics), json.dumps(metrics["reader"]), repr(dataset)]
+            texts += [repr(dataset.dataset.reader)]
+        assert proxy.records and {r.status for r in proxy.records} == {200}
+        monkeypatch.setenv("HTTPS_PROXY", f"http://trainer:{wrong}@{where}")
+        with pytest.raises(ProxyError) as refused:
+            EpisodeStreamDataset(
+                tls_front.rebase_url(lerobot_sim5_url),
+                cache_dir=tmp_path / "cache2",
+                reader_options=options,
+            )
+    assert "HTTPS_PROXY" in str(refused.value) and "407" in str(refused.value)
+    texts += exception_texts(refused.value)
+    texts += [caplog.text] + [record.getMessage() for record in caplog.records]
+    if failure_log.exists():
+        texts += failure_log.read_text().splitlines()
+    texts += [
+        p.read_bytes().decode("latin-1") for p in (tmp_path / "cache").rglob("*") if p.is_file()
+    ]
+    assert not leaks(password, *texts), leaks(password, *texts)
+    assert not leaks(wrong, *texts), leaks(wrong, *texts)

@@ -9,6 +9,7 @@
     │   ├── InvalidResponse          a reply that is not the range asked for
     │   ├── StaleSourceError         a source file changed under us
     │   ├── StorageTimeout           (also TimeoutError)
+    │   ├── ProxyError               a proxy from HTTPS_PROXY etc. refused or unreachable
     │   └── LocationError            a root or path we cannot (or must not) resolve
     ├── Mp4FormatError               malformed ISO-BMFF, names box path and offset
     ├── UnsupportedMp4Error          valid MP4 using a feature we do not handle
@@ -43,6 +44,7 @@ __all__ = [
     "ManifestError",
     "Mp4FormatError",
     "NotFound",
+    "ProxyError",
     "RangeNotSupported",
     "SamplingError",
     "ServingError",
@@ -79,6 +81,12 @@ class StaleSourceError(StorageError):
 
 class StorageTimeout(StorageError, TimeoutError):
     """A read did not complete within its time bound."""
+
+
+class ProxyError(StorageError):
+    """The proxy named by an environment variable (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``) refused the request, cannot be reached or is of a kind not supported; the
+    message names the variable and the proxy (never its credentials)."""
 
 
 class LocationError(StorageError, ValueError):

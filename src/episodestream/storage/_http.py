@@ -9,6 +9,9 @@ Last-Modified), pinned at first contact and sent back as ``If-Range``. Failures 
 hand: a target belongs to the request that got it, and is reused for other ranges only on hosts
 known to allow it (``_redirects.py``); a refused or expired target is resolved again through the
 origin, a bounded number of times. Credentials go only to the origin they were given for.
+``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` are honoured per origin, as
+requests honours them (``_proxy.py``); a proxy that refuses or cannot be reached is a
+:class:`ProxyError` naming the variable.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any, TypeVar
 from episodestream.errors import (
     InvalidResponse,
     NotFound,
+    ProxyError,
     RangeNotSupported,
     StaleSourceError,
     StorageError,
@@ -50,11 +54,19 @@ from episodestream.storage._config import (
 )
 from episodestream.storage._hostgate import HOST_GATES
 from episodestream.storage._messages import server_message
+from episodestream.storage._proxy import proxy_for
 from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
 from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
 from episodestream.storage._tls import client_context
 from episodestream.storage._urls import origin_of, redact_url
-from episodestream.storage._wire import PoolTimeout, WireError, WirePool, WireResponse
+from episodestream.storage._wire import (
+    PoolTimeout,
+    ProxyRefused,
+    ProxyUnreachable,
+    WireError,
+    WirePool,
+    WireResponse,
+)
 
 __all__ = ["DEFAULT_MAX_SKIP_BYTES", "DEFAULT_READ_FILE_MAX_BYTES", "HttpRangeReader"]
 
@@ -547,6 +559,9 @@ class HttpRangeReader:
 
     def _pool_for(self, url: str) -> WirePool:
         scheme, host, port = origin = origin_of(url)
+        # decided per origin when its first connection pool is made: a redirect to a CDN host
+        # listed in NO_PROXY goes direct while the origin goes through the proxy
+        proxy = proxy_for(url)
         with self._lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
@@ -563,6 +578,7 @@ class HttpRangeReader:
                     pool_timeout=self._timeouts.pool_seconds,
                     ssl_context=context,
                     on_connect=self._count_connect,
+                    proxy=proxy,
                 )
             return pool
 
@@ -610,6 +626,14 @@ class HttpRangeReader:
                     f"{self._limits.max_connections_per_host})"
                 )
             ) from error
+        except ProxyRefused as error:
+            # 502/503/504: the proxy could not reach the origin (may pass); others (407) do not
+            refused = ProxyError(f"{redact_url(url)}: {error}")
+            if error.status in (502, 503, 504):
+                raise _Retry(refused, status=error.status) from error
+            raise refused from error
+        except ProxyUnreachable as error:
+            raise _Retry(ProxyError(f"{redact_url(url)}: {error}")) from error
         except ssl.SSLCertVerificationError as error:
             # A certificate problem does not fix itself; do not retry.
             raise StorageError(f"{redact_url(url)}: TLS certificate error: {error}") from error
@@ -630,6 +654,18 @@ class HttpRangeReader:
             self._metrics.add("headers_seconds", time.perf_counter() - started)
         self._metrics.add("requests")
         self._metrics.add(f"status_{response.status}")
+        if response.status == 407 and pool.proxy is not None:
+            # an http request the proxy itself refused (a CONNECT refusal is raised above)
+            response.discard()
+            proxy = pool.proxy
+            hint = (
+                "its credentials were refused"
+                if proxy.has_credentials
+                else "it wants credentials: http://user:password@host:port"
+            )
+            raise ProxyError(
+                f"{redact_url(url)}: the proxy {proxy.label} answered HTTP 407; {hint}"
+            )
         return response
 
     @staticmethod

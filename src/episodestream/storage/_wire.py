@@ -6,10 +6,15 @@ than the exchange needs — mostly parsing response headers through ``email.feed
 response head is read with ``BufferedReader.readline`` (C) and split by hand, and a body is read
 with one ``BufferedReader.read(n)``, which fills a fresh ``bytes`` straight from the socket.
 
-Scope, deliberately small: GET only, no request bodies, no proxies, no compression (we send
+Scope, deliberately small: GET only, no request bodies, no compression (we send
 ``Accept-Encoding: identity``), HTTP/1.0 and 1.1 responses, Content-Length, chunked and
 close-delimited bodies, 1xx responses skipped. TLS through :mod:`ssl` with certificate and
 host-name checks on by default. Everything that waits is bounded by a socket timeout.
+
+Through an http proxy (``_proxy.py`` decides which): https origins are reached through a
+``CONNECT`` tunnel (TLS end to end, the proxy sees only the host and port), http origins by
+sending requests to the proxy in absolute form (``GET http://host/path``). Proxy credentials
+go as ``Proxy-Authorization`` to the proxy only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-__all__ = ["Headers", "PoolTimeout", "WireError", "WirePool", "WireResponse"]
+from episodestream.storage._proxy import Proxy
+
+__all__ = [
+    "Headers",
+    "PoolTimeout",
+    "ProxyRefused",
+    "ProxyUnreachable",
+    "WireError",
+    "WirePool",
+    "WireResponse",
+]
 
 _MAX_LINE_BYTES = 64 * 1024
 _MAX_HEADERS = 200
@@ -41,6 +56,18 @@ class WireError(Exception):
 
 class PoolTimeout(Exception):
     """No connection slot for the host became free in time."""
+
+
+class ProxyUnreachable(OSError):
+    """The proxy could not be connected to, or did not answer a ``CONNECT`` in time."""
+
+
+class ProxyRefused(Exception):
+    """The proxy answered a ``CONNECT`` with something other than 2xx (407: credentials)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Headers(Mapping[str, str]):
@@ -225,6 +252,8 @@ class WirePool:
             bytes afterwards.
         ssl_context: for https.
         on_connect: called with the seconds each new connection took (metrics).
+        proxy: an http proxy to go through: a ``CONNECT`` tunnel for https, absolute-form
+            requests for http.
     """
 
     def __init__(
@@ -239,6 +268,7 @@ class WirePool:
         pool_timeout: float,
         ssl_context: ssl.SSLContext | None = None,
         on_connect: Callable[[float], None] | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         self.scheme = scheme
         self.host = host
@@ -258,12 +288,27 @@ class WirePool:
         default_port = 443 if scheme == "https" else 80
         host_text = f"[{host}]" if ":" in host else host
         self._host_header = host_text if port == default_port else f"{host_text}:{port}"
+        self.proxy = proxy
+        # http through a proxy: every request names its origin (absolute form) and carries the
+        # proxy's credentials; https: the tunnel carries the origin-form requests unchanged
+        self._target_prefix = ""
+        self._proxy_headers: list[str] = []
+        if proxy is not None and scheme != "https":
+            self._target_prefix = f"{scheme}://{self._host_header}"
+            authorization = proxy.authorization()
+            if authorization is not None:
+                self._proxy_headers.append(f"Proxy-Authorization: {authorization}")
 
     def _connect(self) -> _Connection:
         started = time.perf_counter()
-        sock = socket.create_connection((self.host, self.port), timeout=self._connect_timeout)
+        if self.proxy is None:
+            sock = socket.create_connection((self.host, self.port), timeout=self._connect_timeout)
+        else:
+            sock = self._connect_proxy(self.proxy)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.proxy is not None and self.scheme == "https":
+                self._tunnel(sock, self.proxy)
             if self._ssl_context is not None:
                 sock = self._ssl_context.wrap_socket(sock, server_hostname=self.host)
             sock.settimeout(self._read_timeout)
@@ -273,6 +318,66 @@ class WirePool:
         if self._on_connect is not None:
             self._on_connect(time.perf_counter() - started)
         return _Connection(sock)
+
+    def _connect_proxy(self, proxy: Proxy) -> socket.socket:
+        try:
+            return socket.create_connection((proxy.host, proxy.port), timeout=self._connect_timeout)
+        except OSError as error:
+            raise ProxyUnreachable(
+                f"cannot connect to the proxy {proxy.label}: {type(error).__name__}: "
+                f"{error.strerror or error}"
+            ) from error
+
+    def _tunnel(self, sock: socket.socket, proxy: Proxy) -> None:
+        """Open a ``CONNECT`` tunnel to the origin through ``sock`` (connected to the proxy).
+
+        The answer is read with ``recv`` up to its blank line and no further: nothing may be
+        left in a buffer, since the origin's TLS bytes follow on the same socket.
+        """
+        host_text = f"[{self.host}]" if ":" in self.host else self.host
+        authority = f"{host_text}:{self.port}"  # CONNECT always names the port
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        authorization = proxy.authorization()
+        if authorization is not None:
+            lines.append(f"Proxy-Authorization: {authorization}")
+        try:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                if len(head) > _MAX_LINE_BYTES:
+                    raise WireError(f"the proxy {proxy.label} sent an oversized CONNECT answer")
+                # one byte at a time: the answer is short, and never read past its end
+                byte = sock.recv(1)
+                if not byte:
+                    raise ProxyUnreachable(
+                        f"the proxy {proxy.label} closed the connection instead of answering "
+                        f"CONNECT {authority}"
+                    )
+                head += byte
+        except TimeoutError as error:
+            raise ProxyUnreachable(
+                f"the proxy {proxy.label} did not answer CONNECT {authority} within "
+                f"{self._connect_timeout} s"
+            ) from error
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise WireError(f"the proxy {proxy.label} answered CONNECT with {status_line[:80]!r}")
+        status = int(parts[1])
+        if not 200 <= status < 300:
+            reason = parts[2].strip()[:80] if len(parts) > 2 else ""
+            hint = ""
+            if status == 407:
+                hint = (
+                    "; its credentials were refused"
+                    if proxy.has_credentials
+                    else "; it wants credentials: http://user:password@host:port"
+                )
+            raise ProxyRefused(
+                f"the proxy {proxy.label} refused CONNECT {authority}: HTTP {status} "
+                f"{reason}{hint}",
+                status,
+            )
 
     def _take(self) -> tuple[_Connection, bool]:
         """A connection (reused or new) holding a slot: (connection, reused)."""
@@ -333,8 +438,9 @@ class WirePool:
         for name, value in headers.items():
             if _UNSAFE_IN_HEADER.search(name) or _UNSAFE_IN_HEADER.search(value):
                 raise ValueError(f"header {name[:40]!r} with control characters")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self._host_header}"]
+        lines = [f"GET {self._target_prefix}{target} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines += self._proxy_headers
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         for _ in range(2):
             connection, reused = self._take()
