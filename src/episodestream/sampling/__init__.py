@@ -1,5 +1,6 @@
-"""Pure sampling layer: which slot owns which episodes, the exact-coverage pool order, resume
-state, and LeRobot ``delta_timestamps`` arithmetic. No I/O, no threads, no torch.
+"""Pure sampling layer: which slot owns which episodes, the exact-coverage pool order (of
+episodes, or of decoded windows), resume state, and LeRobot ``delta_timestamps`` arithmetic.
+No I/O, no threads, no torch.
 
 Everything here is a pure function of (seed, epoch, episode set, slot, pool parameters); the
 datasets layer detects the slot and owns the I/O.
@@ -22,10 +23,20 @@ from episodestream.sampling._pool import (
 from episodestream.sampling._shard import ShardPlan, plan_shards, shard_episodes
 from episodestream.sampling._slot import WorkerSlot, split_budget
 from episodestream.sampling._state import STATE_VERSION, SamplingState, episodes_digest
+from episodestream.sampling._windows import (
+    DEFAULT_WINDOW_FRAMES,
+    WindowEvent,
+    WindowParams,
+    WindowSchedule,
+    decoded_span,
+    window_bounds,
+    window_slots,
+)
 
 __all__ = [
     "DEFAULT_DELTA_TOLERANCE_S",
     "DEFAULT_POOL_SIZE",
+    "DEFAULT_WINDOW_FRAMES",
     "STATE_VERSION",
     "DeltaQuery",
     "DrawBatch",
@@ -34,7 +45,11 @@ __all__ = [
     "PoolSchedule",
     "SamplingState",
     "ShardPlan",
+    "WindowEvent",
+    "WindowParams",
+    "WindowSchedule",
     "WorkerSlot",
+    "decoded_span",
     "delta_frame_offsets",
     "delta_query",
     "episodes_digest",
@@ -42,4 +57,6 @@ __all__ = [
     "plan_shards",
     "shard_episodes",
     "split_budget",
+    "window_bounds",
+    "window_slots",
 ]

@@ -147,6 +147,9 @@ class PoolSchedule:
         slot: the slot this order belongs to (seeds the streams).
         epoch: epoch number (>= 0).
         start: draws to skip at once, e.g. ``samples_yielded`` of a saved state.
+        entry_order: the order episodes enter the pool (a permutation of ``episode_ids``)
+            when the caller decides it; by default a seeded permutation (``shuffle``) or
+            ascending ids. Draws stay uniform over the frames left in the pool either way.
 
     Raises:
         SamplingError: invalid arguments, naming the parameter.
@@ -161,6 +164,7 @@ class PoolSchedule:
         slot: WorkerSlot | None = None,
         epoch: int = 0,
         start: int = 0,
+        entry_order: ArrayLike | None = None,
     ) -> None:
         self._params = params if params is not None else PoolParams()
         if not isinstance(self._params, PoolParams):
@@ -171,6 +175,9 @@ class PoolSchedule:
         self._epoch = require_int("epoch", epoch, minimum=0)
         self._ids, self._counts = canonical_episodes(episode_ids, frame_counts, allow_empty=True)
         self._total = int(self._counts.sum())
+        self._given_order = (
+            None if entry_order is None else _entry_positions(self._ids, entry_order)
+        )
         self._plan()
         self._position = 0
         self._next_chunk = 0
@@ -213,7 +220,7 @@ class PoolSchedule:
         self._episode_key = stream_key(params.seed, self._epoch, "pool_episode", *context)
         if params.shuffle and count:
             rng = generator(stream_key(params.seed, self._epoch, "pool_plan", *context))
-            order = rng.permutation(count)
+            order = rng.permutation(count) if self._given_order is None else self._given_order
             lengths = self._counts[order]
             # maximum of L unit exponentials, by inversion of its CDF (1 - e^-x)^L
             uniform = rng.random(count)
@@ -233,8 +240,8 @@ class PoolSchedule:
                 heapq.heappush(heap, (float(exit_[j]), j))
             self._spans = spans
         else:
-            order = np.arange(count)
-            lengths = self._counts.copy()
+            order = np.arange(count) if self._given_order is None else self._given_order
+            lengths = self._counts[order]
             # clocks j + k/(L+1): episode j is drawn whole before episode j+1
             exit_ = np.arange(count) + lengths / (lengths + 1.0)
             enter = np.zeros(count)
@@ -513,3 +520,21 @@ class PoolSchedule:
     def state_dict(self) -> dict[str, Any]:
         """:meth:`state` as a plain JSON-able dict with a ``version`` key."""
         return self.state().to_dict()
+
+
+def _entry_positions(ids: np.ndarray, entry_order: ArrayLike) -> np.ndarray:
+    """Canonical positions (into ascending ``ids``) of ``entry_order``, which must list every
+    id exactly once."""
+    given = np.asarray(entry_order)
+    if given.ndim != 1 or given.size != ids.size or not np.issubdtype(given.dtype, np.integer):
+        raise SamplingError(
+            f"entry_order must list each of the {ids.size} episode ids once, got shape "
+            f"{given.shape} of {given.dtype}"
+        )
+    positions = np.searchsorted(ids, given)
+    clipped = np.minimum(positions, max(ids.size - 1, 0))
+    if ids.size and (
+        not np.array_equal(ids[clipped], given) or np.unique(positions).size != ids.size
+    ):
+        raise SamplingError("entry_order must be a permutation of episode_ids")
+    return positions.astype(np.int64)

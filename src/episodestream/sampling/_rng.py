@@ -13,7 +13,14 @@ import numpy as np
 
 __all__: list[str] = []
 
-_PURPOSES = {"shard_ranks": 1, "shard_workers": 2, "pool_plan": 3, "pool_episode": 4}
+_PURPOSES = {
+    "shard_ranks": 1,
+    "shard_workers": 2,
+    "pool_plan": 3,
+    "pool_episode": 4,
+    "window_order": 5,
+    "window_pool": 6,
+}
 
 
 def stream_key(seed: int, epoch: int, purpose: str, *context: int) -> int:
