@@ -3,12 +3,24 @@
 One store request per range — ``cat_file(path, start, end)`` — never a buffered file object, so
 there is no read-ahead. ``storage_options`` pass through to the filesystem untyped (that is
 fsspec's contract); everything this layer controls is typed.
+
+S3 (s3fs) gets more: its client's connection pool is sized to our connection limit (botocore's
+``max_pool_connections``, default 10, would queue a batch of 16 ranges), and every object is
+pinned at first contact — its ETag from the first answer (``HeadObject`` or a ranged
+``GetObject``) — and every later range is a ``GetObject`` with ``IfMatch`` on that ETag, so a
+replaced object answers 412 and the read raises :class:`StaleSourceError` naming the file;
+bytes of two versions are never mixed. ``IfMatch`` rather than reading a pinned ``VersionId``:
+it works on unversioned buckets, and a replaced object is an error rather than old bytes
+silently served. Each answer's own ETag and size are checked against the pin as well (a
+store that ignored ``IfMatch`` would still be caught).
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import os
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -18,19 +30,24 @@ from typing import Any
 
 from episodestream._checks import check_int
 from episodestream.errors import (
+    ConfigTypeError,
     InvalidResponse,
     LocationError,
     NotFound,
+    StaleSourceError,
     StorageError,
     StorageTimeout,
 )
 from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
+from episodestream.storage._config import Limits
 from episodestream.storage._location import Location
 from episodestream.storage._urls import redact_url
 
 __all__ = ["FsspecRangeReader"]
 
 _EXTRA_FOR = {"s3": "s3", "s3a": "s3", "gs": "gcs (gcsfs)", "gcs": "gcs (gcsfs)"}
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})
+_CONTENT_RANGE_TOTAL = re.compile(r"/(\d+)\s*$")
 
 
 class FsspecRangeReader:
@@ -39,8 +56,20 @@ class FsspecRangeReader:
     Args:
         location: e.g. ``"s3://bucket/prefix"`` (str or :class:`Location`).
         storage_options: passed to the fsspec filesystem as is (credentials, endpoint_url, …).
-        max_concurrency: threads running ``read_many`` for filesystems that are not async (async
-            ones, such as s3fs, run the batch concurrently on fsspec's own event loop).
+            A public S3 bucket needs no credentials: ``storage_options={"anon": True}`` sends
+            unsigned requests (without it, s3fs looks for credentials the way boto does and
+            fails where there are none). ``{"version_aware": True}`` lets paths name versions.
+        max_concurrency: ranges in flight at once in ``read_many`` (threads for filesystems
+            that are not async; async ones, such as s3fs, run the batch on fsspec's own event
+            loop). Default: ``limits.max_concurrency``, else 16.
+        limits: the connection limit for S3: ``limits.max_connections_per_host`` becomes the
+            s3fs client's ``max_pool_connections`` (through ``config_kwargs``; one given there
+            explicitly wins). Without ``limits``, the pool holds ``max_concurrency``
+            connections. Other fields of :class:`Limits` do not apply here.
+
+    S3 objects are pinned at first contact and read with ``IfMatch`` (see the module's
+    docstring): a replaced object raises :class:`StaleSourceError`. Other filesystems: sizes
+    and validators as the store reports them, unpinned.
     """
 
     def __init__(
@@ -48,17 +77,28 @@ class FsspecRangeReader:
         location: str | Location,
         *,
         storage_options: dict[str, Any] | None = None,
-        max_concurrency: int = 16,
+        max_concurrency: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         parsed = Location.parse(location)
         # http(s) is allowed too: fsspec's HTTP filesystem is the escape hatch for what the
-        # native reader does not do (proxies from the environment, for one).
+        # native reader does not do.
         if parsed.kind not in ("fsspec", "http"):
             raise LocationError(f"not an fsspec or http(s) location: {parsed.url!r}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigTypeError(f"limits must be a Limits, got {type(limits).__name__}")
+        if max_concurrency is None:
+            max_concurrency = limits.max_concurrency if limits is not None else 16
         max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
         self._location = parsed
         self._storage_options = dict(storage_options or {})
         self._max_concurrency = max_concurrency
+        self._connections = (
+            limits.max_connections_per_host if limits is not None else max_concurrency
+        )
+        # S3 objects pinned at first contact (travel with pickles and forks, like the HTTP
+        # reader's validators); changed only under the lock
+        self._pins: dict[str, FileInfo] = {}
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -71,10 +111,14 @@ class FsspecRangeReader:
         self._counters: dict[str, int] = {"requests": 0, "bytes": 0, "reads": 0, "failures": 0}
 
     def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            pins = dict(self._pins)
         return {
             "_location": self._location,
             "_storage_options": self._storage_options,
             "_max_concurrency": self._max_concurrency,
+            "_connections": self._connections,
+            "_pins": pins,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -112,11 +156,14 @@ class FsspecRangeReader:
                 import fsspec
 
                 protocol = self._location.protocol
+                options = dict(self._storage_options)
+                if protocol in _S3_PROTOCOLS:
+                    config = dict(options.get("config_kwargs") or {})
+                    config.setdefault("max_pool_connections", self._connections)
+                    options["config_kwargs"] = config
                 try:
                     # A private instance: closing this reader must not touch anyone else's.
-                    self._fs = fsspec.filesystem(
-                        protocol, skip_instance_cache=True, **self._storage_options
-                    )
+                    self._fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
                 except ImportError as error:
                     extra = _EXTRA_FOR.get(protocol)
                     hint = f" (pip install 'episodestream[{extra}]')" if extra else ""
@@ -156,8 +203,15 @@ class FsspecRangeReader:
         return StorageError(f"{where}: {type(error).__name__}: {error}")
 
     def file_info(self, path: str) -> FileInfo:
-        """Size and validators as the store reports them (S3: ETag and LastModified)."""
+        """Size and validators as the store reports them (S3: ETag and LastModified, pinned
+        at first contact: later calls return the pinned ones without a request)."""
         fs, full, clean = self._full(path)
+        s3 = self._is_s3(fs)
+        if s3:
+            with self._lock:
+                pinned = self._pins.get(clean)
+            if pinned is not None:
+                return pinned
         try:
             info = fs.info(full)
         except Exception as error:
@@ -167,13 +221,8 @@ class FsspecRangeReader:
             raise NotFound(f"{self._where(clean)}: is a folder, not a file")
         etag = info.get("ETag") or info.get("etag")
         modified = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
-        if isinstance(modified, datetime):
-            if modified.tzinfo is None:
-                modified = modified.replace(tzinfo=UTC)
-            modified = email.utils.format_datetime(modified.astimezone(UTC), usegmt=True)
-        elif modified is not None:
-            modified = str(modified)
-        return FileInfo(int(info["size"]), etag, modified)
+        found = FileInfo(int(info["size"]), etag, _http_date(modified))
+        return self._pin(clean, found, self._where(clean)) if s3 else found
 
     def size(self, path: str) -> int:
         return self.file_info(path).size
@@ -186,7 +235,10 @@ class FsspecRangeReader:
             return b""
         where = self._where(clean, offset, length)
         try:
-            data = fs.cat_file(full, start=offset, end=offset + length)
+            if self._is_s3(fs):
+                data = _sync(fs, self._s3_get, fs, full, clean, offset, offset + length)
+            else:
+                data = fs.cat_file(full, start=offset, end=offset + length)
         except Exception as error:
             raise self._translate(error, where) from error
         return self._checked(data, length, where)
@@ -198,7 +250,10 @@ class FsspecRangeReader:
         where = self._where(clean)
         try:
             # One byte more than allowed tells "too large" apart without a size request.
-            data = fs.cat_file(full, start=0, end=max_bytes + 1)
+            if self._is_s3(fs):
+                data = self._s3_whole(fs, full, clean, max_bytes + 1)
+            else:
+                data = fs.cat_file(full, start=0, end=max_bytes + 1)
         except Exception as error:
             raise self._translate(error, where) from error
         self._count("requests")
@@ -231,6 +286,19 @@ class FsspecRangeReader:
         self._count("reads", len(requests))
         wanted = [i for i, r in enumerate(requests) if r.length]
         results: list[bytes] = [b""] * len(requests)
+        if self._is_s3(fs) and wanted:
+            jobs = [(fulls[i][1], fulls[i][2], requests[i].offset, requests[i].end) for i in wanted]
+            try:
+                answers = _sync(fs, self._s3_batch, fs, jobs)
+            except Exception as error:
+                raise self._translate(error, self._where(fulls[wanted[0]][2])) from error
+            for i, answer in zip(wanted, answers, strict=True):
+                r = requests[i]
+                where = self._where(fulls[i][2], r.offset, r.length)
+                if isinstance(answer, BaseException):
+                    raise self._translate(answer, where) from answer
+                results[i] = self._checked(answer, r.length, where)
+            return results
         if getattr(fs, "async_impl", False) and len(wanted) > 1:
             try:
                 answers = fs.cat_ranges(
@@ -280,6 +348,88 @@ class FsspecRangeReader:
             raise self._translate(error, where) from error
         return results
 
+    # ------------------------------------------------------------------ S3: pinned objects
+
+    def _is_s3(self, fs: Any) -> bool:
+        return self._location.protocol in _S3_PROTOCOLS and hasattr(fs, "_call_s3")
+
+    def _pin(self, clean: str, seen: FileInfo, where: str) -> FileInfo:
+        """Pin ``seen`` at first contact; later answers must agree (else StaleSourceError)."""
+        with self._lock:
+            pinned = self._pins.get(clean)
+            if pinned is None:
+                self._pins[clean] = seen
+                return seen
+        problems = []
+        if pinned.size != seen.size:
+            problems.append(f"size {pinned.size} -> {seen.size}")
+        if pinned.etag and seen.etag and pinned.etag != seen.etag:
+            problems.append(f"ETag {pinned.etag} -> {seen.etag}")
+        if problems:
+            raise StaleSourceError(f"{where}: the object changed: " + ", ".join(problems))
+        return pinned
+
+    async def _s3_get(self, fs: Any, full: str, clean: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of an S3 object (fewer at its end) in one ``GetObject``,
+        with ``IfMatch`` on the pinned ETag; the first answer pins the object."""
+        bucket, key, version = fs.split_path(full)
+        with self._lock:
+            pinned = self._pins.get(clean)
+        request: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        request["Range"] = f"bytes={start}-{stop - 1}"
+        if version:
+            request["VersionId"] = version
+        if pinned is not None and pinned.etag:
+            request["IfMatch"] = pinned.etag
+        where = self._where(clean, start, stop - start)
+        try:
+            response = await fs._call_s3("get_object", **request)
+        except Exception as error:
+            if pinned is not None and _s3_error_code(error) in ("PreconditionFailed", "412"):
+                raise StaleSourceError(
+                    f"{where}: the object changed since it was first read: it no longer has "
+                    f"ETag {pinned.etag} (replaced or rewritten)"
+                ) from error
+            raise
+        body = response["Body"]
+        try:
+            data = await body.read()
+        finally:
+            body.close()
+        match = _CONTENT_RANGE_TOTAL.search(response.get("ContentRange") or "")
+        if match is not None:
+            seen = FileInfo(
+                int(match.group(1)),
+                response.get("ETag"),
+                _http_date(response.get("LastModified")),
+            )
+            self._pin(clean, seen, where)
+        return data
+
+    async def _s3_batch(
+        self, fs: Any, jobs: list[tuple[str, str, int, int]]
+    ) -> list[bytes | BaseException]:
+        """Every job's bytes (or its error), at most ``max_concurrency`` in flight."""
+        gate = asyncio.Semaphore(self._max_concurrency)
+
+        async def one(full: str, clean: str, start: int, stop: int) -> bytes:
+            async with gate:
+                return await self._s3_get(fs, full, clean, start, stop)
+
+        return await asyncio.gather(*(one(*job) for job in jobs), return_exceptions=True)
+
+    def _s3_whole(self, fs: Any, full: str, clean: str, limit: int) -> bytes:
+        """The object's first ``limit`` bytes (all of a smaller one); an empty object, which
+        no range can address, through its pinned size."""
+        try:
+            return _sync(fs, self._s3_get, fs, full, clean, 0, limit)
+        except OSError as error:
+            if _s3_error_code(error) not in ("InvalidRange", "416"):
+                raise
+        if self.file_info(clean).size == 0:
+            return b""
+        raise InvalidResponse(f"{self._where(clean)}: range refused for a non-empty object")
+
     def list_files(self, prefix: str) -> list[str]:
         """Relative paths of all files under folder ``prefix``, sorted; [] when absent."""
         fs, full, _ = self._full(prefix)
@@ -309,6 +459,39 @@ class FsspecRangeReader:
             self._fs = None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _sync(fs: Any, function: Any, *args: Any) -> Any:
+    """Run coroutine ``function(*args)`` on the filesystem's event loop (fsspec's own
+    thread) and wait for it."""
+    import fsspec.asyn
+
+    return fsspec.asyn.sync(fs.loop, function, *args)
+
+
+def _s3_error_code(error: BaseException) -> str | None:
+    """The S3 error code (``PreconditionFailed``, ``InvalidRange``…) behind an exception that
+    s3fs translated (the botocore ``ClientError`` is its cause), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code:
+                return str(code)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _http_date(value: Any) -> str | None:
+    """A modification time as an HTTP-date string (what FileInfo holds), or None."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return email.utils.format_datetime(value.astimezone(UTC), usegmt=True)
+    return None if value is None or value == "" else str(value)
 
 
 # Readers alive in this process: a forked child makes each drop its parent's runtime.

@@ -25,7 +25,8 @@ def open_reader(location: str | os.PathLike[str] | Location, **options: Any) -> 
       ``retry``, ``failure_log``, ``max_skip_bytes``, ``verify``, ``seed``);
     - ``hf://``: :class:`HubRangeReader` (``token``, ``endpoint`` and the HTTP options);
     - any other protocol: :class:`FsspecRangeReader` (``storage_options`` dict passed through to
-      fsspec, ``max_concurrency``).
+      fsspec — ``{"anon": True}`` for a public S3 bucket —, ``max_concurrency``, ``limits``:
+      its ``max_connections_per_host`` sizes the S3 client's connection pool).
 
     Raises:
         LocationError: ``location`` cannot be parsed.
