@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from episodestream.demo import DEMO_SPEC, SyntheticSpec, write_synthetic_dataset
+from episodestream.demo import DEMO_SPEC, PRESETS, SyntheticSpec, write_synthetic_dataset
+from episodestream.demo._synthetic_video import CONTENTS
 
 __all__ = ["register"]
 
@@ -47,8 +48,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("out", type=Path, help="folder to create (must not exist or be empty)")
-    parser.add_argument(
-        "--demo", action="store_true", help="start from the demo dataset's settings"
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--demo", action="store_true", help="start from the demo dataset's settings")
+    start.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="start from a LeRobot-sized dataset: aloha (4 x 640x480, 50 fps), so100 "
+        "(2 x 640x480, 30 fps), so100-h264 (same, H.264 GOP 30 with B-frames), droid "
+        "(3 x 320x180, 15 fps); textured moving content",
     )
     parser.add_argument(
         "--cameras",
@@ -117,13 +124,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"video feature shape order in info.json (default: {defaults.image_layout})",
     )
     parser.add_argument(
+        "--content",
+        choices=CONTENTS,
+        help="wave (smooth, cheap to decode) or texture (detailed, moving: realistic decode "
+        f"cost) (default: {defaults.content})",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing dataset at OUT"
     )
     parser.set_defaults(handler=_run)
 
 
 def _spec_from_args(args: argparse.Namespace) -> SyntheticSpec:
-    base = DEMO_SPEC if args.demo else SyntheticSpec()
+    base = DEMO_SPEC if args.demo else PRESETS[args.preset] if args.preset else SyntheticSpec()
     changes: dict[str, Any] = {}
     if args.cameras is not None:
         changes["cameras"] = tuple(args.cameras)
@@ -145,6 +158,7 @@ def _spec_from_args(args: argparse.Namespace) -> SyntheticSpec:
         "action_size",
         "seed",
         "image_layout",
+        "content",
     ):
         value = getattr(args, name)
         if value is not None:

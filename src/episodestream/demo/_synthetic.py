@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -29,13 +29,14 @@ from episodestream.demo._identity import (
     MAX_FRAMES_PER_EPISODE,
     identity_layout,
 )
-from episodestream.demo._synthetic_video import CODECS, encode_camera_file
+from episodestream.demo._synthetic_video import CODECS, CONTENTS, encode_camera_file
 from episodestream.errors import DatasetFormatError, LocationError
 
 __all__ = [
     "DEFAULT_CAMERAS",
     "DEFAULT_TASKS",
     "DEMO_SPEC",
+    "PRESETS",
     "WRITER_FORMAT_VERSION",
     "Codec",
     "MoovPosition",
@@ -105,6 +106,9 @@ class SyntheticSpec:
         image_layout: video feature ``shape`` order in info.json, ``"hwc"`` ([H, W, 3], LeRobot's
             usual) or ``"chw"`` ([3, H, W]); both occur in published datasets.
         robot_type: ``info.json`` ``robot_type``.
+        content: what the cameras show: ``"wave"`` (smooth, cheap to decode) or ``"texture"``
+            (a detailed panning scene with a moving object and sensor noise: realistic decode
+            cost, for benchmarks at LeRobot's frame sizes).
 
     Raises:
         DatasetFormatError: any invalid value (also a ``ValueError``).
@@ -128,6 +132,7 @@ class SyntheticSpec:
     seed: int = 0
     image_layout: ImageLayout = "hwc"
     robot_type: str = "synthetic"
+    content: str = "wave"
 
     def __post_init__(self) -> None:
         # accept lists for convenience; store tuples so the spec stays hashable
@@ -207,6 +212,8 @@ class SyntheticSpec:
             raise _fail(f"task strings repeat: {self.tasks}")
         if not isinstance(self.robot_type, str):
             raise _fail(f"robot_type must be a string, got {self.robot_type!r}")
+        if self.content not in CONTENTS:
+            raise _fail(f"content must be one of {list(CONTENTS)}, got {self.content!r}")
 
     def episode_lengths(self) -> np.ndarray:
         """Length in frames of every episode (int64), drawn from the seed."""
@@ -215,8 +222,11 @@ class SyntheticSpec:
 
     def cache_key(self) -> str:
         """Hex digest of every parameter plus :data:`WRITER_FORMAT_VERSION`."""
+        fields = asdict(self)
+        if fields["content"] == "wave":
+            del fields["content"]  # datasets written before texture content keep their key
         payload = json.dumps(
-            {"writer_format_version": WRITER_FORMAT_VERSION, **asdict(self)}, sort_keys=True
+            {"writer_format_version": WRITER_FORMAT_VERSION, **fields}, sort_keys=True
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -237,6 +247,66 @@ DEMO_SPEC = SyntheticSpec(
     codec="av1",
     seed=2024,
 )
+
+
+def _cameras(*names: str) -> tuple[str, ...]:
+    return tuple(f"observation.images.{name}" for name in names)
+
+
+# LeRobot-sized datasets for benchmarks: the camera counts, sizes and rates of published robot
+# datasets, LeRobot's default encoding, episodes of 10-20 s (override --episodes / --length),
+# several episodes per MP4 file, and textured moving content so decoding costs what it does on
+# real footage.
+PRESETS: dict[str, SyntheticSpec] = {
+    # ALOHA-style bimanual: 4 cameras at 640x480, 50 fps, 14-dof state and action
+    "aloha": SyntheticSpec(
+        cameras=_cameras("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist"),
+        width=640,
+        height=480,
+        fps=50,
+        episodes=6,
+        min_length=500,
+        max_length=1000,
+        episodes_per_file=3,
+        state_size=14,
+        action_size=14,
+        robot_type="aloha",
+        content="texture",
+        seed=11,
+    ),
+    # SO-100-style arm: 2 cameras at 640x480, 30 fps
+    "so100": SyntheticSpec(
+        cameras=_cameras("laptop", "phone"),
+        width=640,
+        height=480,
+        fps=30,
+        episodes=8,
+        min_length=300,
+        max_length=600,
+        episodes_per_file=4,
+        robot_type="so100",
+        content="texture",
+        seed=12,
+    ),
+    # DROID-style: 3 small cameras (320x180), 15 fps
+    "droid": SyntheticSpec(
+        cameras=_cameras("exterior_1_left", "exterior_2_left", "wrist_left"),
+        width=320,
+        height=180,
+        fps=15,
+        episodes=10,
+        min_length=150,
+        max_length=300,
+        episodes_per_file=5,
+        state_size=8,
+        action_size=7,
+        robot_type="droid",
+        content="texture",
+        seed=13,
+    ),
+}
+# an older-style H.264 dataset: GOP 30 with B-frames (random access decodes up to 29 extra)
+PRESETS["so100-h264"] = replace(PRESETS["so100"], codec="h264", seed=14)
 
 
 def _chunk_file(number: int, chunks_size: int) -> tuple[int, int]:
@@ -329,6 +399,8 @@ def _write_videos(
                     camera=camera_number,
                     episodes=[(e, lengths[e]) for e in group],
                     label=str(path.relative_to(root)),
+                    content=spec.content,
+                    seed=spec.seed,
                 )
             )
             from_timestamp = 0.0

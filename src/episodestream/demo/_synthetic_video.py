@@ -14,7 +14,12 @@ import numpy as np
 from episodestream.demo._identity import identity_cells, identity_layout
 from episodestream.errors import DatasetFormatError
 
-__all__ = ["CODECS", "CodecSettings", "encode_camera_file"]
+__all__ = ["CODECS", "CONTENTS", "CodecSettings", "encode_camera_file"]
+
+#: What the synthetic cameras show: "wave" (a smooth colour wave, cheap to encode and decode)
+#: or "texture" (a detailed scene panning past the camera with a moving object and sensor
+#: noise: motion, detail and residuals like real footage, so decode cost is realistic).
+CONTENTS = ("wave", "texture")
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +102,59 @@ class _FramePainter:
         return y, u, v
 
 
+class _TexturePainter(_FramePainter):
+    """A seeded, detailed scene (several octaves of smoothed noise) larger than the frame,
+    panned along a per-episode path, with a bright object crossing it and per-frame sensor
+    noise; the identity cells on top as for the wave."""
+
+    _NOISE_LEVEL = 1  # luma steps of sensor noise
+
+    def __init__(self, width: int, height: int, camera: int, seed: int) -> None:
+        super().__init__(width, height, camera)
+        rng = np.random.default_rng([seed, 7, camera])
+        self._margin_x, self._margin_y = width // 2, height // 2
+        big_h, big_w = height + 2 * self._margin_y, width + 2 * self._margin_x
+        scene = np.zeros((big_h, big_w), dtype=np.float32)
+        for octave, weight in ((32, 60.0), (8, 30.0), (2, 12.0)):
+            coarse = rng.standard_normal((big_h // octave + 2, big_w // octave + 2))
+            fine = np.kron(coarse, np.ones((octave, octave), dtype=np.float32))
+            scene += weight * fine[:big_h, :big_w].astype(np.float32)
+        # smooth the blocky octaves (separable box blur) so edges are natural, not 8x8 steps
+        for axis in (0, 1):
+            scene = (scene + np.roll(scene, 1, axis) + np.roll(scene, -1, axis)) / 3.0
+        self._scene_y = np.clip(128 + scene, 20, 235).astype(np.uint8)
+        half = scene[::2, ::2]
+        self._scene_u = np.clip(128 + 0.4 * half + 8 * (camera - 1), 16, 240).astype(np.uint8)
+        self._scene_v = np.clip(128 - 0.3 * half + 6 * camera, 16, 240).astype(np.uint8)
+        self._noise = np.random.default_rng([seed, 8, camera])
+        self._yy, self._xx = np.mgrid[0:height, 0:width]
+
+    def planes(self, episode: int, frame: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = 0.05 * frame + 1.3 * episode
+        # pan (even offsets keep chroma aligned) along a smooth per-episode path
+        dx = 2 * int(self._margin_x / 2 * (1 + np.sin(t + self.camera)) / 2)
+        dy = 2 * int(self._margin_y / 2 * (1 + np.cos(0.7 * t)) / 2)
+        h, w = self.height, self.width
+        y = self._scene_y[dy : dy + h, dx : dx + w].copy()
+        u = self._scene_u[dy // 2 : (dy + h) // 2, dx // 2 : (dx + w) // 2].copy()
+        v = self._scene_v[dy // 2 : (dy + h) // 2, dx // 2 : (dx + w) // 2].copy()
+        # a gripper-like bright object sweeping across the view
+        cx = (0.5 + 0.4 * np.sin(2.1 * t)) * w
+        cy = (0.5 + 0.3 * np.cos(1.7 * t)) * h
+        radius = 0.08 * min(w, h)
+        inside = (self._xx - cx) ** 2 + (self._yy - cy) ** 2 < radius**2
+        y[inside] = 210
+        noise = self._noise.integers(-self._NOISE_LEVEL, self._NOISE_LEVEL + 1, y.shape)
+        y = np.clip(y.astype(np.int16) + noise, 16, 235).astype(np.uint8)
+        covered, white = identity_cells(self.layout, episode, frame, self.camera)
+        y[covered] = _Y_BLACK
+        y[white] = _Y_WHITE
+        chroma_covered = covered[::2, ::2]
+        u[chroma_covered] = 128
+        v[chroma_covered] = 128
+        return y, u, v
+
+
 def _rgb_histogram(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Per-channel 256-bin histogram ``(3, 256)`` of the RGB values (BT.601, limited range) that
     a decoder shows for these planes, on a strided pixel grid."""
@@ -137,12 +195,15 @@ def encode_camera_file(
     camera: int,
     episodes: Sequence[tuple[int, int]],
     label: str | None = None,
+    content: str = "wave",
+    seed: int = 0,
 ) -> dict[int, np.ndarray]:
     """Encode the frames of ``episodes`` (``(episode_index, length)`` pairs, in order) back to
     back into one MP4 at ``path``; the first frame of the file presents at time 0 and frame ``k``
     of the file at ``k / fps``.
 
-    ``label`` names the file in error messages (default: ``path``).
+    ``label`` names the file in error messages (default: ``path``); ``content`` is one of
+    :data:`CONTENTS` (``seed`` draws the texture).
 
     Returns:
         episode_index -> ``(3, 256)`` RGB histogram of that episode's source frames (sampled).
@@ -155,7 +216,11 @@ def encode_camera_file(
     # SVT-AV1 prints its banner to stderr unless told otherwise; keep errors only
     os.environ.setdefault("SVT_LOG", "1")
     settings = CODECS[codec]
-    painter = _FramePainter(width, height, camera)
+    painter = (
+        _TexturePainter(width, height, camera, seed)
+        if content == "texture"
+        else _FramePainter(width, height, camera)
+    )
     histograms: dict[int, np.ndarray] = {}
     container_options = {"movflags": "faststart"} if moov == "start" else {}
     time_base = Fraction(1, fps)
