@@ -7,5 +7,12 @@
 from episodestream.datasets._map import EpisodeStreamDataset
 from episodestream.datasets._options import StreamOptions, parse_bytes
 from episodestream.datasets._pool import EpisodePoolDataset
+from episodestream.datasets._transport import images_to_float
 
-__all__ = ["EpisodePoolDataset", "EpisodeStreamDataset", "StreamOptions", "parse_bytes"]
+__all__ = [
+    "EpisodePoolDataset",
+    "EpisodeStreamDataset",
+    "StreamOptions",
+    "images_to_float",
+    "parse_bytes",
+]
