@@ -63,8 +63,8 @@ bench: setup
 	.venv/bin/episodestream demo --full
 
 lint: setup
-	.venv/bin/ruff check src tests examples
-	.venv/bin/ruff format --check src tests examples
+	.venv/bin/ruff check src tests examples benchmarks
+	.venv/bin/ruff format --check src tests examples benchmarks
 
 clean:
 	rm -rf .venv $(LEROBOT_VENV) .pytest_cache .ruff_cache .hypothesis

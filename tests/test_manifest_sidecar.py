@@ -306,7 +306,7 @@ def test_racing_processes_build_one_sidecar(lerobot_fixture_root: Path, tmp_path
 
 
 def test_big_published_sidecar_is_judged_by_its_header(sim5_copy: Path, tmp_path: Path) -> None:
-    from episodestream.bench._manifest_bench import synthesize_manifest
+    from benchmarks.manifest import synthesize_manifest
 
     foreign = synthesize_manifest(episodes=300, episodes_per_file=100)  # ~11 MB
     path = write_sidecar(foreign, sim5_copy / PUBLISHED_SIDECAR_PATH)

@@ -1,6 +1,6 @@
 """MP4 layer benchmark: index parse rate, clip planning + writing cost, moov location cost.
 
-Run: ``python -m episodestream.bench._mp4_bench [--quick] [--json PATH]``.
+Run: ``python -m benchmarks.mp4 [--quick] [--json PATH]``.
 
 - ``parse``: ``parse_moov`` on synthesized ``moov`` boxes (no video) of one hour at 30 fps
   (108,000 samples; one sample per chunk, and 30 per chunk) and of 1,000,000 samples:

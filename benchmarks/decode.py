@@ -1,7 +1,7 @@
 """Decoder benchmark: open cost, random-access decode cost, threads and seek modes, bytes vs
 path, torchcodec vs PyAV pixels, concurrency, memory per open decoder.
 
-Run ``python -m episodestream.bench._decode_bench`` (about a minute on 2 cores). Inputs: one
+Run ``python -m benchmarks.decode`` (about a minute on 2 cores). Inputs: one
 LeRobot-written file of tests/data/lerobot_sim5 (128x96 AV1 g=2, 94 frames) and a 640x360
 AV1 clip (g=2, crf 30, 60 frames) encoded here with PyAV/libsvtav1. Figures are medians over
 interleaved rounds and are printed as Markdown for docs/BENCHMARKS.md ("Decoding").
@@ -35,7 +35,7 @@ _FIXTURE = (
     _REPO_ROOT / "tests/data/lerobot_sim5/videos/observation.images.cam_high/chunk-000/file-000.mp4"
 )
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_MODULE = "episodestream.bench._decode_bench"
+_MODULE = "benchmarks.decode"
 
 
 @dataclass(frozen=True, slots=True)

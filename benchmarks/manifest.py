@@ -1,6 +1,6 @@
 """Manifest and sidecar benchmark: sidecar load cost, requests to first video range, build rate.
 
-Run: ``python -m episodestream.bench._manifest_bench [--quick] [--json PATH]``.
+Run: ``python -m benchmarks.manifest [--quick] [--json PATH]``.
 
 - ``sidecar``: a sidecar synthesized for 32,768 episodes x 3 cameras x 300 frames (tables
   only, no video; 29.5 M samples) is written once, then loaded in a fresh process: load time,

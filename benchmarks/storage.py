@@ -1,6 +1,6 @@
 """Storage benchmark: HTTP range clients compared through the WAN emulator, as ratios.
 
-Run: ``python -m episodestream.bench._storage_bench [--quick] [--json PATH]``.
+Run: ``python -m benchmarks.storage [--quick] [--json PATH]``.
 
 nginx and the WAN emulators run in a child process, so the CPU time measured here (the whole
 benchmark process, all threads) is the clients' own. Every range read is checked for length and

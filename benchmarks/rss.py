@@ -1,6 +1,6 @@
 """RSS over repeated pool passes: bounded by budget + open decoders + a constant, no growth.
 
-Run: ``python -m episodestream.bench._rss_bench [--passes 4] [--episodes 12] [--budget 64MiB]``
+Run: ``python -m benchmarks.rss [--passes 4] [--episodes 12] [--budget 64MiB]``
 (on the cached demo dataset, local disk, so the figure is about memory, not the network).
 """
 
