@@ -13,11 +13,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch.utils.data
 
+from episodestream._checks import check_choice, check_int
 from episodestream.datasets._compat import (
     check_depth,
     decoder_for_backend,
@@ -31,20 +32,30 @@ from episodestream.datasets._engine import (
     check_budget,
     open_for_samples,
 )
-from episodestream.datasets._options import ImageDtype, StreamOptions
+from episodestream.datasets._options import ImageDtype, StreamOptions, parse_bytes
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
+from episodestream.datasets._windows import (
+    DEFAULT_DECODE_AHEAD,
+    DecodedBudget,
+    WindowRun,
+    max_window_bytes,
+)
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import BackendName, DecodeExecutor
 from episodestream.errors import SamplingError
 from episodestream.lerobot import LeRobotMetadata
 from episodestream.sampling import (
+    DEFAULT_WINDOW_FRAMES,
     PoolParams,
     PoolSchedule,
+    WindowParams,
+    WindowSchedule,
     WorkerSlot,
     episodes_digest,
     loader_consumption,
     plan_shards,
     split_budget,
+    window_slots,
 )
 from episodestream.storage import Location
 
@@ -54,6 +65,10 @@ logger = logging.getLogger(__name__)
 
 POOL_STATE_VERSION = 1
 DEFAULT_DECODE_THREADS = 2
+DEFAULT_DECODED_BUDGET = "4GiB"
+PoolUnit = Literal["episode", "window"]
+# resume-state fields a window pool adds: its order depends on them
+_WINDOW_STATE_FIELDS = ("window_frames", "decoded_budget", "window_bytes")
 #: bound on waiting for one decoded sample (decode of one multi-camera sample)
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
 _METRICS_WINDOW = 32
@@ -123,6 +138,15 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
     Resume: ``state_dict(samples_consumed=..., num_workers=..., batch_size=...)`` then, in a new
     run, ``load_state_dict(state)`` before iterating: the iteration yields exactly the samples
     the interrupted one had not delivered, in the same order. Call ``set_epoch(e)`` each epoch.
+
+    ``unit="window"`` (DESIGN.md, "Decode once (window pool)") makes the resident unit a window
+    of ``window_frames`` consecutive frames of one episode (all cameras), decoded once, in
+    order, into uint8 frames held under ``decoded_budget`` (per rank, split between workers
+    like ``byte_budget``), and drawn from memory: about one decoded frame per sample instead of
+    a seek per sample. ``pool_size`` episodes are then open at once (their compressed bytes in
+    the byte cache, their windows interleaved); as many windows as the decoded budget holds
+    are resident. Coverage, resume, epochs and samples are as with whole episodes;
+    ``metrics()`` reports ``decoded_frames_per_sample`` and unique episodes per batch.
     """
 
     def __init__(
@@ -151,9 +175,15 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         return_uint8: bool = False,
         repo_type: str = "dataset",
         depth_output_unit: str | None = None,
+        unit: PoolUnit = "episode",
+        window_frames: int = DEFAULT_WINDOW_FRAMES,
+        decoded_budget: int | str = DEFAULT_DECODED_BUDGET,
         **options: Any,
     ) -> None:
         super().__init__()
+        self.unit: PoolUnit = check_choice("unit", unit, ("episode", "window"))
+        self.window_frames = check_int("window_frames", window_frames, minimum=1)
+        self.decoded_budget = parse_bytes(decoded_budget, name="decoded_budget")
         options = split_lerobot_args(options, "EpisodePoolDataset")
         if tolerance_s is not None:
             options["tolerance_s"] = tolerance_s
@@ -201,6 +231,18 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         )
         self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
         check_depth(self._meta, depth_output_unit)
+        #: decoded bytes of the largest window (margins included), from info.json's shapes
+        self.window_bytes = max_window_bytes(
+            self.dataset.meta, self.samples.offsets, self.window_frames
+        )
+        if self.unit == "window":
+            try:  # fail fast: the whole budget must hold two windows (workers split it later)
+                window_slots(
+                    self.decoded_budget, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
+                )
+            except BaseException:
+                self.dataset.close()
+                raise
         if "max_open_decoders" not in options:
             # one decoder per resident (and next) episode-camera per decode thread, so random
             # draws across the pool reuse decoders instead of reopening evicted ones
@@ -220,6 +262,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self._iterated_workers: int | None = None
         self._metrics: _PoolMetrics | None = None
         self._engine: StreamEngine | None = None
+        self._window_run: WindowRun | None = None
 
     # -- LeRobot-like surface -------------------------------------------------------------------
 
@@ -356,7 +399,18 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
 
     def _identity(self, rank: int, world_size: int) -> dict[str, Any]:
         """The fields every resume state carries: what makes two runs' orders the same."""
+        window = (
+            {
+                "unit": "window",
+                "window_frames": self.window_frames,
+                "decoded_budget": self.decoded_budget,
+                "window_bytes": self.window_bytes,
+            }
+            if self.unit == "window"
+            else {}
+        )
         return {
+            **window,
             "version": POOL_STATE_VERSION,
             "seed": self.params.seed,
             "epoch": self.epoch,
@@ -421,7 +475,21 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             )
         rank, world_size = detect_rank(*self._rank_args)
         expected = self._identity(rank, world_size)
-        for name in ("seed", "pool_size", "shuffle", "rank", "world_size", "episodes_digest"):
+        if state.get("unit", "episode") != self.unit:
+            raise SamplingError(
+                f"resume state unit={state.get('unit', 'episode')!r} does not match this run's "
+                f"{self.unit!r}"
+            )
+        window_fields = _WINDOW_STATE_FIELDS if self.unit == "window" else ()
+        for name in (
+            "seed",
+            "pool_size",
+            "shuffle",
+            "rank",
+            "world_size",
+            "episodes_digest",
+            *window_fields,
+        ):
             if state[name] != expected[name]:
                 raise SamplingError(
                     f"resume state {name}={state[name]!r} does not match this run's "
@@ -495,9 +563,12 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         )
         engine = StreamEngine(self.dataset, self.options, byte_budget=budget)
         metrics = _PoolMetrics()
-        self._engine, self._metrics = engine, metrics
+        self._engine, self._metrics, self._window_run = engine, metrics, None
         try:
-            yield from self._run(engine, schedule, metrics)
+            if self.unit == "window":
+                yield from self._run_windows(engine, slot, ids, counts, start, metrics)
+            else:
+                yield from self._run(engine, schedule, metrics)
         finally:
             engine.close()
             self._engine = None
@@ -591,6 +662,69 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
             executor.close()
             rows_executor.shutdown(wait=True, cancel_futures=True)
 
+    def _run_windows(
+        self,
+        engine: StreamEngine,
+        slot: WorkerSlot,
+        ids: np.ndarray,
+        counts: np.ndarray,
+        start: int,
+        metrics: _PoolMetrics,
+    ) -> Iterator[dict[str, Any]]:
+        share = split_budget(self.decoded_budget, slot)
+        resident_windows, ahead = window_slots(
+            share, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
+        )
+        params = WindowParams(
+            window_frames=self.window_frames,
+            open_episodes=self.params.pool_size,
+            resident_windows=resident_windows,
+            seed=self.params.seed,
+            shuffle=self.params.shuffle,
+        )
+        schedule = WindowSchedule(
+            ids, counts, params=params, slot=slot, epoch=self.epoch, start=start
+        )
+        rows_executor = ThreadPoolExecutor(
+            max_workers=_ROWS_THREADS, thread_name_prefix="episodestream-rows"
+        )
+        rows = EpisodeRows(
+            engine.rows,
+            self.samples.data_keys,
+            capacity=self.params.pool_size + self.prefetch_episodes + resident_windows + 1,
+            executor=rows_executor,
+        )
+        executor = DecodeExecutor(
+            self.decode_threads,
+            max_pending=self.max_pending_samples + ahead + 2,
+            name="episodestream-pool",
+        )
+
+        def on_sample(episode: int) -> None:
+            metrics.sample(episode)
+            self._yielded += 1
+
+        run = WindowRun(
+            engine,
+            self.samples,
+            rows,
+            schedule,
+            budget=DecodedBudget(share),
+            executor=executor,
+            prefetch_episodes=self.prefetch_episodes,
+            decode_ahead=ahead,
+            max_pending_samples=self.max_pending_samples,
+            wait_timeout_s=self.options.wait_timeout_s,
+            on_sample=on_sample,
+            episode_lengths=dict(zip(ids.tolist(), counts.tolist(), strict=True)),
+        )
+        self._window_run = run
+        try:
+            yield from run
+        finally:
+            executor.close()
+            rows_executor.shutdown(wait=True, cancel_futures=True)
+
     # -- introspection --------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
@@ -598,6 +732,11 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         result: dict[str, Any] = {"reader": self.dataset.reader.metrics()}
         if self._metrics is not None:
             result.update(self._metrics.snapshot())
+        if self._window_run is not None:
+            window = self._window_run.snapshot()
+            result["refill_waits"] += window.pop("refill_waits")
+            result["refill_wait_s"] += window.pop("refill_wait_s")
+            result.update(window)
         engine = self._engine
         if engine is not None:
             result["cache"] = engine.cache.metrics()
@@ -621,6 +760,7 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         state = self.__dict__.copy()
         state["_engine"] = None
         state["_metrics"] = None
+        state["_window_run"] = None
         if multiprocessing.context.get_spawning_popen() is None:
             # pickled for something other than starting a worker: shared memory cannot go
             # there, the epoch and the worker-iteration count travel as values
@@ -640,7 +780,13 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         return (
             f"EpisodePoolDataset(root={self.dataset.root!r}, episodes="
             f"{len(self.dataset.episode_ids)}, frames={self.dataset.num_frames}, "
-            f"pool_size={self.params.pool_size}, epoch={self.epoch})"
+            f"pool_size={self.params.pool_size}, epoch={self.epoch}"
+            + (
+                f", unit='window', window_frames={self.window_frames}, "
+                f"decoded_budget={self.decoded_budget})"
+                if self.unit == "window"
+                else ")"
+            )
         )
 
 

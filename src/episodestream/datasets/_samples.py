@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream.cache import ResidentEpisode
 from episodestream.datasets._options import ImageDtype
 from episodestream.decode import to_float
 from episodestream.errors import DatasetFormatError, SamplingError
@@ -143,10 +142,15 @@ class SampleBuilder:
         episode: int,
         frame: int,
         rows: Mapping[str, np.ndarray],
-        resident: ResidentEpisode | None,
-        decode: Callable[[ResidentEpisode, str, np.ndarray], torch.Tensor],
+        resident: Any,
+        decode: Callable[[Any, str, np.ndarray], torch.Tensor],
     ) -> dict[str, Any]:
-        """The sample of ``frame`` (0-based, within ``episode``)."""
+        """The sample of ``frame`` (0-based, within ``episode``).
+
+        ``decode(resident, camera, source_times_s)`` returns the uint8 frames of ``camera``
+        shown at those source-file times; ``resident`` is whatever it reads them from (the
+        episode's clips, or a window decoded from them).
+        """
         length = len(rows["frame_index"])
         queries = delta_query(frame, length, self.offsets) if self.offsets else {}
         sample: dict[str, Any] = {}
