@@ -559,14 +559,14 @@ class HttpRangeReader:
 
     def _pool_for(self, url: str) -> WirePool:
         scheme, host, port = origin = origin_of(url)
-        # decided per origin when its first connection pool is made: a redirect to a CDN host
-        # listed in NO_PROXY goes direct while the origin goes through the proxy
-        proxy = proxy_for(url)
         with self._lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             pool = self._pools.get(origin)
             if pool is None:
+                # decided per origin when its pool is made (the environment as it is then): a
+                # redirect to a CDN host in NO_PROXY goes direct, the origin through the proxy
+                proxy = proxy_for(url)
                 context = client_context(self._verify) if scheme == "https" else None
                 pool = self._pools[origin] = WirePool(
                     scheme,
