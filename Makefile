@@ -9,7 +9,7 @@ LEROBOT_PY := $(LEROBOT_VENV)/bin/python
 LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
 PIP := --quiet --disable-pip-version-check
 
-.PHONY: setup setup-lerobot demo test test-main test-lerobot bench lint clean
+.PHONY: setup setup-lerobot demo test test-main test-fast test-lerobot bench lint clean
 
 setup: $(VENV_STAMP)
 
@@ -54,6 +54,13 @@ test: test-main test-lerobot
 
 test-main: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the inner loop (about a minute): the pure layers (mp4, sampling), location and rate-limit
+# parsing, configuration errors, metadata; no servers, no subprocesses
+test-fast: setup
+	$(PY) -m pytest -q tests/test_mp4_*.py tests/test_sampling_*.py tests/test_storage_location.py \
+	    tests/test_storage_ratelimit.py tests/test_config_errors.py tests/test_lerobot_meta.py \
+	    tests/test_public_api.py $(PYTEST_ARGS)
 
 # LeRobot's own train() on our datasets (tests/lerobot_train), in .venv-lerobot
 test-lerobot: setup-lerobot
