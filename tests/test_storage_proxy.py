@@ -281,3 +281,36 @@ def test_dataset_streams_through_the_proxy(
     assert {(r.method, r.target, r.status) for r in records} == {
         ("CONNECT", f"localhost:{tls_front.port}", 200)
     }
+
+
+def test_hub_and_cdn_through_the_proxy_with_one_cdn_host_exempt(clean_env, hub_standin):
+    """The Hub stand-in's API and resolve go through HTTP_PROXY in absolute form, and so does
+    the CDN host that NO_PROXY does not name; the other CDN host is reached directly. The
+    proxy sees the token only where the origin would (the Hub), never on a CDN request."""
+    from episodestream.storage import HubRangeReader, Limits
+
+    video = "videos/cam/file-000.mp4"
+    data = bytes(range(256)) * 1500
+    hub_standin.commit("org/robot", {video: data, "meta/info.json": b"{}"})
+    exempt, proxied = (url.removeprefix("http://") for url in hub_standin.cdn_urls)
+    with ConnectProxy() as connect_proxy:
+        clean_env.setenv("HTTP_PROXY", connect_proxy.url)
+        clean_env.setenv("NO_PROXY", exempt.partition(":")[0])
+        limits = Limits(coalesce_gap_bytes=-1, split_threshold_bytes=0)
+        with HubRangeReader(
+            "hf://datasets/org/robot",
+            endpoint=hub_standin.endpoint,
+            token=hub_standin.token,
+            limits=limits,
+        ) as reader:
+            for offset in range(0, 300_000, 30_000):
+                assert reader.read(video, offset, 1000) == data[offset : offset + 1000]
+        records = connect_proxy.records
+    hub_host = hub_standin.endpoint.removeprefix("http://")
+    through = {r.target.removeprefix("http://").partition("/")[0] for r in records}
+    assert through == {hub_host, proxied}
+    cdn_hosts = {(r.header("Host") or "") for r in hub_standin.cdn_requests}
+    assert cdn_hosts == {exempt, proxied}  # both served, one of them directly
+    for record in records:
+        on_hub = record.target.startswith(hub_standin.endpoint)
+        assert ("authorization" in record.headers) is on_hub
