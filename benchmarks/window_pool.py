@@ -1,0 +1,217 @@
+"""Window pool vs whole-episode pool (issue 15): decode work and randomness, as ratios.
+
+    .venv/bin/python benchmarks/window_pool.py [--rounds 3] [--codecs av1 h264]
+
+Part A — decode work, measured. A synthetic LeRobot v3 dataset (640x480, 2 cameras; AV1 g=2
+as LeRobot writes it, and H.264 g=30 with B-frames) is read for whole epochs by
+``EpisodePoolDataset`` with ``unit="episode"`` (a seek per sample) and ``unit="window"``
+(each frame decoded once, in order), one decode thread each, in interleaved rounds; samples
+per CPU second (process CPU time, all threads) are compared round by round and the medians
+printed. The window pool counts the frames it decoded per sample it drew.
+
+Part B — randomness at equal total memory, computed from the pure orders (no decoding; a
+dataset modelled on LeRobot's: 3 cameras 640x480, episodes of 300-600 frames, ``--kb-per-frame``
+compressed bytes per frame and camera). Memory: the window pool holds
+``byte_budget`` of compressed episodes plus ``decoded_budget`` of decoded windows; the episode
+pool gets the same total as compressed episodes; uniform draws a random permutation of all
+frames. Reported per batch of 32 consecutive samples: unique episodes (mean, 5th
+percentile) and the share of same-episode pairs closer than 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from episodestream import EpisodePoolDataset
+from episodestream.demo import SyntheticSpec, ensure_synthetic_dataset
+from episodestream.sampling import (
+    PoolParams,
+    PoolSchedule,
+    WindowParams,
+    WindowSchedule,
+    window_slots,
+)
+
+BATCH = 32
+CAMERAS = ("observation.images.cam_high", "observation.images.cam_left_wrist")
+
+
+def _spec(codec: str) -> SyntheticSpec:
+    return SyntheticSpec(
+        cameras=CAMERAS,
+        width=640,
+        height=480,
+        episodes=4,
+        min_length=40,
+        max_length=56,
+        episodes_per_file=2,
+        codec=codec,  # type: ignore[arg-type]
+        seed=15,
+    )
+
+
+def _epoch(root: Path, cache: Path, unit: str, epoch: int, window_frames: int) -> dict:
+    dataset = EpisodePoolDataset(
+        root,
+        unit=unit,  # type: ignore[arg-type]
+        window_frames=window_frames,
+        decoded_budget="512MiB",
+        pool_size=4,
+        byte_budget="1GiB",
+        decode_threads=1,
+        return_uint8=True,  # the decode, not the float conversion both share
+        cache_dir=cache,
+    )
+    dataset.set_epoch(epoch)
+    cpu, wall = time.process_time(), time.perf_counter()
+    samples = sum(1 for _ in dataset)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    metrics = dataset.metrics()
+    dataset.close()
+    return {
+        "samples": samples,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "per_cpu_s": samples / cpu,
+        "decoded_per_sample": metrics.get("decoded_frames_per_sample"),
+    }
+
+
+def part_a(codecs: list[str], rounds: int, cache: Path, window_frames: int) -> dict[str, float]:
+    print(f"\n== A. samples per CPU second, window pool (W={window_frames}) vs episode pool ==")
+    bytes_per_frame = {}
+    for codec in codecs:
+        started = time.perf_counter()
+        root = ensure_synthetic_dataset(_spec(codec), cache_dir=cache)
+        probe = EpisodePoolDataset(root, cache_dir=cache, byte_budget="1GiB", pool_size=4)
+        per_frame = probe.dataset.episode_nbytes / probe.dataset.episode_lengths / len(CAMERAS)
+        bytes_per_frame[codec] = float(np.median(per_frame))
+        frames, gop = probe.num_frames, {"av1": 2, "h264": 30}.get(codec, 0)
+        probe.close()
+        print(
+            f"{codec}: {frames} frames x {len(CAMERAS)} cameras 640x480, GOP {gop}, "
+            f"{bytes_per_frame[codec] / 1e3:.1f} kB/frame/camera "
+            f"(dataset ready in {time.perf_counter() - started:.0f} s)"
+        )
+        _epoch(root, cache, "window", 0, window_frames)  # warm: decoders, index, page cache
+        rows: dict[str, list[dict]] = {"episode": [], "window": []}
+        ratios = []
+        for round_ in range(rounds):
+            order = ("episode", "window") if round_ % 2 == 0 else ("window", "episode")
+            got = {unit: _epoch(root, cache, unit, round_, window_frames) for unit in order}
+            for unit in order:
+                rows[unit].append(got[unit])
+            ratios.append(got["window"]["per_cpu_s"] / got["episode"]["per_cpu_s"])
+        for unit in ("episode", "window"):
+            rate = statistics.median(r["per_cpu_s"] for r in rows[unit])
+            cpu_ms = statistics.median(1e3 * r["cpu_s"] / r["samples"] for r in rows[unit])
+            decoded = rows[unit][0]["decoded_per_sample"]
+            print(
+                f"  {unit:7s}: {rate:7.1f} samples/CPU-s  ({cpu_ms:5.2f} ms CPU/sample)"
+                + (f", decoded frames/sample {decoded:.3f}" if decoded is not None else "")
+            )
+        per_round = {unit: ", ".join(f"{r['per_cpu_s']:.0f}" for r in rows[unit]) for unit in rows}
+        print(
+            f"  ratio window/episode: median {statistics.median(ratios):.2f}x  "
+            f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}; samples/CPU-s episode "
+            f"{per_round['episode']}, window {per_round['window']})"
+        )
+    return bytes_per_frame
+
+
+def _batch_stats(episodes: np.ndarray, frames: np.ndarray, fps: int) -> tuple[float, float, float]:
+    count = episodes.size // BATCH * BATCH
+    e = episodes[:count].reshape(-1, BATCH)
+    f = frames[:count].reshape(-1, BATCH)
+    unique = np.array([np.unique(row).size for row in e])
+    same = e[:, :, None] == e[:, None, :]
+    close = same & (np.abs(f[:, :, None] - f[:, None, :]) < fps)
+    pairs = BATCH * (BATCH - 1)
+    near = (close.sum(axis=(1, 2)) - BATCH) / pairs  # diagonal excluded
+    return float(unique.mean()), float(np.percentile(unique, 5)), float(near.mean())
+
+
+def part_b(kb_per_frame: float, window_sizes: list[int]) -> None:
+    """Unique episodes per batch from the pure orders, at equal total memory."""
+    rng = np.random.default_rng(0)
+    episodes, fps, cameras, frame_bytes = 200, 30, 3, 640 * 480 * 3
+    lengths = rng.integers(300, 601, size=episodes)
+    ids = np.arange(episodes)
+    episode_bytes = float(np.mean(lengths)) * cameras * kb_per_frame * 1e3
+    byte_budget, decoded_budget = 1 * 2**30, 4 * 2**30
+    total = byte_budget + decoded_budget
+    print(
+        f"\n== B. randomness at equal total memory ({total / 2**30:.0f} GiB: byte_budget 1 GiB + "
+        f"decoded_budget 4 GiB), {episodes} episodes of 300-600 frames, 3 cameras 640x480, "
+        f"{episode_bytes / 1e6:.1f} MB per compressed episode =="
+    )
+    print(f"{'order':44s} {'unique eps/32':>13s} {'p5':>5s} {'same-ep pairs <1 s':>19s}")
+
+    def report(name: str, draws: list[tuple[int, int]] | np.ndarray) -> float:
+        array = np.asarray(draws)
+        mean, p5, near = _batch_stats(array[:, 0], array[:, 1], fps)
+        print(f"{name:44s} {mean:13.1f} {p5:5.0f} {near:19.3%}")
+        return mean
+
+    everything = np.array([(e, f) for e, n in zip(ids, lengths, strict=True) for f in range(n)])
+    uniform = report("uniform random (all frames)", everything[rng.permutation(len(everything))])
+    equal_memory_pool = max(1, int(total // episode_bytes) - 2)
+    results = {}
+    for pool_size in (16, equal_memory_pool):
+        schedule = PoolSchedule(ids, lengths, params=PoolParams(pool_size=pool_size, seed=1))
+        label = (
+            "episode pool, pool_size=16 (default)"
+            if pool_size == 16
+            else (f"episode pool, pool_size={pool_size} (equal memory)")
+        )
+        results[pool_size] = report(label, list(schedule.iter_draws()))
+    # open episodes: the default, or as many as the byte budget holds (pinned + 2 in flight)
+    most_open = max(1, int(byte_budget // episode_bytes) - 2)
+    for window in window_sizes:
+        resident, _ = window_slots(decoded_budget, window * cameras * frame_bytes, decode_ahead=2)
+        for open_episodes in sorted({16, min(most_open, resident, episodes)}):
+            params = WindowParams(
+                window_frames=window,
+                open_episodes=open_episodes,
+                resident_windows=resident,
+                seed=1,
+            )
+            draws = list(WindowSchedule(ids, lengths, params=params).iter_draws())
+            name = f"window pool W={window} ({resident} windows, {open_episodes} open eps)"
+            mean = report(name, draws)
+            print(
+                f"{'':44s} vs episode pool(16) {mean / results[16]:.2f}x, "
+                f"vs episode pool(equal memory) {mean / results[equal_memory_pool]:.2f}x, "
+                f"vs uniform {mean / uniform:.2f}x"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--codecs", nargs="+", default=["av1", "h264"])
+    parser.add_argument("--window-frames", type=int, default=32)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--kb-per-frame",
+        type=float,
+        default=20.0,
+        help="compressed kB per frame per camera for part B (synthetic frames compress far "
+        "better than camera footage; 20 kB is typical of 640x480 AV1 crf 30)",
+    )
+    parser.add_argument("--skip-decode", action="store_true", help="part B only")
+    args = parser.parse_args()
+    cache = args.cache_dir or Path(tempfile.gettempdir()) / "episodestream-window-bench"
+    if not args.skip_decode:
+        part_a(args.codecs, args.rounds, cache, args.window_frames)
+    part_b(args.kb_per_frame, [16, 32, 64])
+
+
+if __name__ == "__main__":
+    main()
