@@ -15,15 +15,18 @@ checked for size only, and they are never sent ``If-Range``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import posixpath
 import re
+import threading
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
-from episodestream.storage._base import normalize_relative_path
+from episodestream.storage._base import FileInfo, normalize_relative_path
 from episodestream.storage._http import HttpRangeReader, _FileState
 from episodestream.storage._location import Location
 from episodestream.storage._urls import origin_of
@@ -42,6 +45,8 @@ _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.IGNORECASE)
 # A tree listing is paginated; this bounds the pages followed (1,000 entries each on the Hub).
 _MAX_LIST_PAGES = 100_000
+# bound on waiting for another thread's listing of the same folder
+_LISTING_WAIT_S = 120.0
 
 
 def hub_token(token: str | bool | None = None) -> str | None:
@@ -131,6 +136,7 @@ class HubRangeReader(HttpRangeReader):
         endpoint = (endpoint or hub_endpoint()).rstrip("/")
         super().__init__(endpoint, token=hub_token(token), **http_options)
         self._location = parsed
+        self._listed_folders: dict[str, threading.Event] = {}
         self._commit: str | None = None
         if parsed.repo_type == "datasets":
             revision = parsed.revision or "main"
@@ -211,7 +217,53 @@ class HubRangeReader(HttpRangeReader):
         return f"{self.base_url}/datasets/{repo_id}/resolve/{self._commit}/{quoted}"
 
     def list_files(self, prefix: str) -> list[str]:
-        """Relative paths of all files under ``prefix`` (the Hub tree API, recursive), sorted."""
+        """Relative paths of all files under ``prefix`` (the Hub tree API, recursive), sorted.
+
+        At a pinned commit the listing's sizes are kept, so :meth:`file_info` of a listed file
+        costs no request (a file at a commit cannot change; its size is its identity there).
+        """
+        return sorted(path for path, _ in self._tree(prefix))
+
+    def file_info(self, path: str) -> FileInfo:
+        """Size and validators of ``path``. At a pinned commit, the first look into a folder
+        lists it (one tree request per 1,000 files) instead of probing each file with a
+        ``bytes=0-0`` request through the CDN."""
+        clean = normalize_relative_path(path)
+        if self._commit is not None:
+            self._list_folder_once(posixpath.dirname(clean))
+        return super().file_info(clean)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_listed_folders"] = {}  # the sizes travel in the file states; events do not
+        return state
+
+    def _forget_parent_runtime(self) -> None:
+        super()._forget_parent_runtime()
+        # a listing in flight in a parent thread never finishes here
+        self._listed_folders = {}
+
+    def _list_folder_once(self, folder: str) -> None:
+        """List ``folder`` once per reader; threads asking meanwhile wait for that listing
+        (bounded) rather than each probing its file."""
+        with self._lock:
+            listed = self._listed_folders.get(folder)
+            first = listed is None
+            if first:
+                listed = self._listed_folders[folder] = threading.Event()
+        assert listed is not None
+        if not first:
+            listed.wait(timeout=_LISTING_WAIT_S)  # on timeout, the probe still answers
+            return
+        try:
+            with contextlib.suppress(NotFound):  # the probe then names the missing file
+                self._tree(folder)
+        finally:
+            listed.set()
+
+    def _tree(self, prefix: str) -> list[tuple[str, int | None]]:
+        """``(relative path, size)`` of every file under ``prefix``; sizes are kept (pinned
+        commits only) for the files' states."""
         clean = normalize_relative_path(prefix)
         folder = urllib.parse.quote(self._repo_path(clean), safe="/")
         repo_id = self._location.repo_id
@@ -221,7 +273,7 @@ class HubRangeReader(HttpRangeReader):
             url = f"{self.base_url}/api/datasets/{repo_id}/tree/{self._commit}/{folder}"
         url = url.rstrip("/") + "?recursive=true"
         inner = self._location.path
-        files: list[str] = []
+        files: list[tuple[str, int | None]] = []
         for _ in range(_MAX_LIST_PAGES):
             try:
                 body, headers = self._get_document(url)
@@ -243,9 +295,37 @@ class HubRangeReader(HttpRangeReader):
                     if not path.startswith(inner + "/"):
                         continue
                     path = path[len(inner) + 1 :]
-                files.append(normalize_relative_path(path))
+                path = normalize_relative_path(path)
+                size = _entry_size(entry)
+                files.append((path, size))
+                if size is not None and self._commit is not None:
+                    self._learn_size(path, size)
             match = _NEXT_LINK.search(headers.get("Link", ""))
             if match is None:
-                return sorted(files)
-            url = urllib.parse.urljoin(url, match.group(1))
+                return files
+            # the next page's cursor, asked of the endpoint we talk to: a mirror or proxy in
+            # HF_ENDPOINT may be answered with links to the Hub's own host, where our token
+            # must not go (huggingface_hub would send it there)
+            following = urllib.parse.urlsplit(urllib.parse.urljoin(url, match.group(1)))
+            here = urllib.parse.urlsplit(url)
+            url = urllib.parse.urlunsplit(
+                (here.scheme, here.netloc, following.path, following.query, "")
+            )
         raise StorageError(f"Hub tree listing of {folder!r} has more than {_MAX_LIST_PAGES} pages")
+
+    def _learn_size(self, clean: str, size: int) -> None:
+        state = self._state(clean)
+        with self._lock:
+            if state.size is None:
+                state.size = size
+
+
+def _entry_size(entry: Mapping[str, Any]) -> int | None:
+    """A tree entry's file size (an LFS entry's own size where given)."""
+    lfs = entry.get("lfs")
+    size = lfs.get("size") if isinstance(lfs, Mapping) else None
+    if size is None:
+        size = entry.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return None
+    return size
