@@ -7,13 +7,22 @@ PYTEST_ARGS ?=
 LEROBOT_VENV := .venv-lerobot
 LEROBOT_PY := $(LEROBOT_VENV)/bin/python
 LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
+# LeRobot 0.6.x needs Python >= 3.12 and torch < 2.12 (a CUDA build from PyPI, about 5 GB):
+# its own environment and target, run before a LeRobot change is resolved, not on every `make test`
+PYTHON312 ?= /root/.pyenv/versions/3.12.1/bin/python
+LEROBOT06_VENV := .venv-lerobot06
+LEROBOT06_PY := $(LEROBOT06_VENV)/bin/python
+LEROBOT06_STAMP := $(LEROBOT06_VENV)/.installed
 PIP := --quiet --disable-pip-version-check
 
-.PHONY: setup setup-lerobot demo test test-main test-fast test-lerobot bench lint clean
+.PHONY: setup setup-lerobot setup-lerobot06 demo test test-main test-fast test-lerobot \
+	test-lerobot06 bench lint clean
 
 setup: $(VENV_STAMP)
 
 setup-lerobot: $(LEROBOT_STAMP)
+
+setup-lerobot06: $(LEROBOT06_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@missing=""; \
@@ -47,6 +56,20 @@ $(LEROBOT_STAMP): pyproject.toml constraints/lerobot-0.4.txt constraints/lerobot
 	$(LEROBOT_PY) -c "import lerobot.scripts.lerobot_train, episodestream, torchcodec"
 	@touch $(LEROBOT_STAMP)
 
+$(LEROBOT06_STAMP): pyproject.toml constraints/lerobot-0.6.txt constraints/lerobot-0.6-requirements.txt
+	@[ -x $(LEROBOT06_PY) ] || { [ -x $(PYTHON312) ] || \
+	  { echo "setup-lerobot06: needs Python 3.12: PYTHON312=/path/to/python3.12" >&2; exit 1; }; \
+	  $(PYTHON312) -m venv $(LEROBOT06_VENV); }
+	# torch 2.11 from PyPI (CUDA 13.0 build, runs on CPU), then LeRobot without its pins
+	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt torch torchvision torchcodec
+	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt --no-deps lerobot
+	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt \
+	    -r constraints/lerobot-0.6-requirements.txt
+	# under LeRobot 0.6's constraints: fails if episodestream's declared ranges exclude them
+	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt -e '.[dev]'
+	$(LEROBOT06_PY) -c "import lerobot.scripts.lerobot_train, episodestream, torchcodec"
+	@touch $(LEROBOT06_STAMP)
+
 demo: setup
 	.venv/bin/episodestream demo
 
@@ -66,6 +89,10 @@ test-fast: setup
 test-lerobot: setup-lerobot
 	EPISODESTREAM_TEST_ENV=lerobot $(LEROBOT_PY) -m pytest tests/lerobot_train $(PYTEST_ARGS)
 
+# The same tests under LeRobot 0.6.1 (Python 3.12), in .venv-lerobot06; see docs/LEROBOT.md
+test-lerobot06: setup-lerobot06
+	EPISODESTREAM_TEST_ENV=lerobot $(LEROBOT06_PY) -m pytest tests/lerobot_train $(PYTEST_ARGS)
+
 bench: setup
 	.venv/bin/episodestream demo --full
 
@@ -74,4 +101,4 @@ lint: setup
 	.venv/bin/ruff format --check src tests examples benchmarks
 
 clean:
-	rm -rf .venv $(LEROBOT_VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf .venv $(LEROBOT_VENV) $(LEROBOT06_VENV) .pytest_cache .ruff_cache .hypothesis

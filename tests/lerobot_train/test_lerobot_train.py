@@ -1,6 +1,8 @@
-"""LeRobot's own ``train()`` (0.4.x, ACT and diffusion on CPU) on episodestream datasets.
+"""LeRobot's own ``train()`` (0.4.x and 0.6.x, ACT and diffusion on CPU) on episodestream
+datasets.
 
-Runs in the LeRobot test environment (``make test-lerobot``), never in ``.venv``. The same
+Runs in a LeRobot test environment (``make test-lerobot``: 0.4.4; ``make test-lerobot06``:
+0.6.1), never in ``.venv``. The same
 ``TrainPipelineConfig`` trains three times on the repository's LeRobot-written fixture: with
 LeRobot's ``LeRobotDataset``, with ``EpisodeStreamDataset`` (map-style, streamed over HTTP)
 and with ``EpisodePoolDataset`` (``--dataset.streaming=true``), the latter two through
@@ -11,6 +13,7 @@ from inside LeRobot's loop.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -30,9 +33,20 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.policies.act.configuration_act import ACTConfig
 from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 from lerobot.scripts import lerobot_train
+from packaging.version import Version
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
-from episodestream.integrations.lerobot import make_dataset, use_episodestream
+from episodestream.integrations.lerobot import (
+    make_dataset,
+    make_train_eval_datasets,
+    use_episodestream,
+)
+
+# LeRobot 0.6 changed the surface train() uses: train() builds its datasets with
+# make_train_eval_datasets (which calls the factory's make_dataset), the evaluation period is
+# env_eval_freq, map-style datasets always go through EpisodeAwareSampler, frames reach the
+# loop as uint8, and DataLoader workers are spawned, not forked
+LEROBOT_06 = Version(importlib.metadata.version("lerobot")) >= Version("0.6")
 
 REPO_ID = "local/lerobot_sim5"
 STEPS = 20
@@ -86,6 +100,7 @@ def _diffusion_policy() -> DiffusionConfig:
 
 
 def _config(root: str, out: Path, *, policy: Any, num_workers: int, streaming: bool, steps: int):
+    no_eval = {"env_eval_freq": 0} if LEROBOT_06 else {"eval_freq": 0}
     return TrainPipelineConfig(
         dataset=DatasetConfig(
             repo_id=REPO_ID, root=root, video_backend="torchcodec", streaming=streaming
@@ -99,13 +114,17 @@ def _config(root: str, out: Path, *, policy: Any, num_workers: int, streaming: b
         seed=1000,
         save_checkpoint=False,
         log_freq=0,
-        eval_freq=0,
+        **no_eval,
     )
 
 
 def _train(builder: Any, cfg: TrainPipelineConfig, monkeypatch: pytest.MonkeyPatch) -> TrainRecord:
     """LeRobot's train(), unchanged but for the dataset ``builder`` (LeRobot's own
-    ``make_dataset`` or ours), with its loop's batches, losses and sampler recorded."""
+    ``make_dataset`` or ours), with its loop's batches, losses and sampler recorded.
+
+    LeRobot 0.4's train() calls ``make_dataset`` by its own name; 0.6's calls
+    ``make_train_eval_datasets``, which calls the factory's ``make_dataset`` (no eval split
+    here), so that is where the builder goes."""
     record = TrainRecord()
     original_cycle = lerobot_train.cycle
     original_update = lerobot_train.update_policy
@@ -134,14 +153,18 @@ def _train(builder: Any, cfg: TrainPipelineConfig, monkeypatch: pytest.MonkeyPat
         return dataset
 
     # LeRobot caches open decoders with their file handles per process; forked DataLoader
-    # workers would share those handles' offsets (corrupt reads in LeRobot's own run), so
-    # each run starts, as a fresh LeRobot process does, with none open
+    # workers (0.4 forks them; 0.6 spawns them by default) would share those handles' offsets
+    # (corrupt reads in LeRobot's own run), so each run starts, as a fresh LeRobot process
+    # does, with none open
     lerobot_video_utils._default_decoder_cache.clear()
     with monkeypatch.context() as patch:
         patch.setattr(lerobot_train, "cycle", recording_cycle)
         patch.setattr(lerobot_train, "update_policy", recording_update)
         patch.setattr(lerobot_train, "EpisodeAwareSampler", RecordingSampler)
-        patch.setattr(lerobot_train, "make_dataset", recording_make_dataset)
+        if LEROBOT_06:
+            patch.setattr(lerobot_factory, "make_dataset", recording_make_dataset)
+        else:
+            patch.setattr(lerobot_train, "make_dataset", recording_make_dataset)
         lerobot_train.train(cfg)
     return record
 
@@ -283,7 +306,9 @@ def test_diffusion_builds_episode_aware_sampler_from_our_meta(
 def test_use_episodestream_swaps_and_restores_lerobot_factory(
     lerobot_sim5_url: str, datasets_cache_dir: Path
 ) -> None:
-    original = lerobot_train.make_dataset
+    # the name this LeRobot's train() builds its datasets with
+    name = "make_train_eval_datasets" if LEROBOT_06 else "make_dataset"
+    original = getattr(lerobot_train, name)
     cfg = _config(
         lerobot_sim5_url,
         Path("/nonexistent"),
@@ -293,14 +318,70 @@ def test_use_episodestream_swaps_and_restores_lerobot_factory(
         steps=1,
     )
     with use_episodestream(cache_dir=datasets_cache_dir):
-        assert lerobot_train.make_dataset is not original
-        dataset = lerobot_train.make_dataset(cfg)
-    assert lerobot_train.make_dataset is original
+        assert getattr(lerobot_train, name) is not original
+        built = getattr(lerobot_train, name)(cfg)
+    assert getattr(lerobot_train, name) is original
+    if LEROBOT_06:
+        dataset, held_out = built
+        assert held_out is None  # no eval_split
+        assert not hasattr(lerobot_train, "make_dataset")  # nothing left behind
+    else:
+        dataset = built
     assert isinstance(dataset, EpisodeStreamDataset)
     # LeRobot's ImageNet override went into our mutable stats, as into LeRobot's own
     mean = dataset.meta.stats["observation.images.cam_high"]["mean"]
     assert isinstance(mean, torch.Tensor) and mean.shape == (3, 1, 1)
     assert dataset.meta.stats["action"]["mean"].dtype == np.float64
+
+
+@pytest.mark.skipif(not LEROBOT_06, reason="LeRobot 0.6's held-out split (eval_split)")
+@pytest.mark.parametrize("streaming", [False, True])
+def test_train_eval_split_equals_lerobot(
+    streaming: bool,
+    lerobot_fixture_root: Path,
+    lerobot_sim5_url: str,
+    datasets_cache_dir: Path,
+) -> None:
+    def config(root: str) -> TrainPipelineConfig:
+        cfg = _config(
+            root,
+            Path("/nonexistent"),
+            policy=_act_policy(),
+            num_workers=0,
+            streaming=streaming,
+            steps=1,
+        )
+        cfg.dataset.eval_split = 0.5
+        return cfg
+
+    # LeRobot builds LeRobotDatasets from the local copy whatever the streaming flag says
+    train_ref, eval_ref = lerobot_factory.make_train_eval_datasets(
+        config(str(lerobot_fixture_root))
+    )
+    train, held_out = make_train_eval_datasets(
+        config(lerobot_sim5_url), cache_dir=datasets_cache_dir
+    )
+    # three tasks over five episodes: per task the last ceil(n / 2) episodes are held out
+    assert train.episodes == train_ref.episodes == [0, 1]
+    assert held_out.episodes == eval_ref.episodes == [3, 4, 2]
+    assert isinstance(train, EpisodePoolDataset if streaming else EpisodeStreamDataset)
+    assert isinstance(held_out, EpisodeStreamDataset)
+    assert train.num_frames == train_ref.num_frames
+    assert held_out.num_frames == eval_ref.num_frames
+    assert held_out.num_episodes == eval_ref.num_episodes == 3
+    # the same global frame through each one's own index mapping (what LeRobot's sampler uses)
+    theirs_at = eval_ref.absolute_to_relative_idx
+    ours_at = held_out.absolute_to_relative_idx
+    assert set(ours_at) == set(theirs_at)
+    for frame in sorted(theirs_at)[::23]:
+        reference = eval_ref[theirs_at[frame]]
+        sample = held_out[ours_at[frame]]
+        for key, value in reference.items():
+            if isinstance(value, torch.Tensor):
+                assert sample[key].dtype == value.dtype, f"{key} @ {frame}"
+                assert torch.equal(sample[key], value), f"{key} @ {frame}"
+            else:
+                assert sample[key] == value, f"{key} @ {frame}"
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
