@@ -146,9 +146,14 @@ class DecodedWindow:
                 f"{times[0]:.6f}..{times[-1]:.6f} s"
             )
         chunks = self._chunks[camera]
-        return torch.stack(
-            [chunks[i // DECODE_CHUNK_FRAMES][i % DECODE_CHUNK_FRAMES] for i in at.tolist()]
-        )
+        picked = [chunks[i // DECODE_CHUNK_FRAMES][i % DECODE_CHUNK_FRAMES] for i in at.tolist()]
+        if all(f.device.type == "cpu" and f.permute(1, 2, 0).is_contiguous() for f in picked):
+            # decoders hand out channels-last frames viewed as CHW: copy them in that layout
+            # (a memcpy; a CHW copy is a transpose, 25x slower), with numpy (one thread: torch's
+            # parallel copy leaves OpenMP threads spinning), and view them as decoders do
+            hwc = np.stack([f.permute(1, 2, 0).numpy() for f in picked])
+            return torch.from_numpy(hwc).permute(0, 3, 1, 2)
+        return torch.stack(picked)
 
 
 def window_frames_source(
@@ -395,7 +400,11 @@ class WindowRun:
                     cache.prefetch(episode)
                     return False
                 waited = time.perf_counter()
-                cache.prefetch(episode, evict=True)  # needed now
+                # needed now; when pinned episodes fill the budget (after a resume the resident
+                # windows may span more episodes than are open), let their decodes finish
+                while not cache.prefetch(episode, evict=True) and self.finishing:
+                    self.finishing[0][1].exception(timeout=_SAMPLE_TIMEOUT_S)
+                    self._finish_episodes(wait=False)
                 resident = cache.wait_ready(episode, timeout=self.wait_timeout_s)
                 self.refill_waits += 1
                 self.refill_wait_s += time.perf_counter() - waited
