@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from episodestream import EpisodePoolDataset
+from episodestream import EpisodePoolDataset, EpisodeStreamDataset
+from episodestream.cli import main
 from tests.plugins.storage import HubStandIn
 
 REPO = "org/lerobot_sim5"
@@ -110,3 +111,73 @@ def test_epoch_under_a_tight_quota_and_expiring_urls(
     assert waits, "the wait for the quota window was not logged"
     assert len(waits) <= 2  # once per window, not once per request or thread
     assert metrics["rate_limited"] >= 1
+
+
+def _split(hub_standin: HubStandIn, lerobot_fixture_root: Path) -> None:
+    """lerobot_sim5's meta/ in a repo at tag v1.0, its data/ and videos/ in a bucket."""
+    files = {
+        str(p.relative_to(lerobot_fixture_root)): p.read_bytes()
+        for p in sorted(lerobot_fixture_root.rglob("*"))
+        if p.is_file()
+    }
+    meta = {path: data for path, data in files.items() if path.startswith("meta/")}
+    hub_standin.commit("org/sim5-meta", meta, ref="v1.0")
+    for path, data in files.items():
+        if not path.startswith("meta/"):
+            hub_standin.put_bucket_file("org/sim5-data", path, data)
+
+
+def test_split_roots_metadata_from_a_repo_revision_data_from_a_bucket(
+    hub_standin: HubStandIn, lerobot_fixture_root: Path, lerobot_reference, tmp_path: Path
+):
+    _split(hub_standin, lerobot_fixture_root)
+    reader_options = {"endpoint": hub_standin.endpoint, "token": hub_standin.token}
+
+    def pool() -> EpisodePoolDataset:
+        return EpisodePoolDataset(
+            "hf://datasets/org/sim5-meta@v1.0",
+            data_root="hf://buckets/org/sim5-data",
+            pool_size=2,
+            cache_dir=tmp_path,
+            reader_options=reader_options,
+        )
+
+    with pool() as dataset:
+        samples = {int(s["index"]): s for s in dataset}
+    _check_against_reference(samples, lerobot_reference)
+    repo_paths = [r.path for r in hub_standin.hub_requests if "/org/sim5-meta/" in r.path]
+    bucket_paths = [r.path for r in hub_standin.hub_requests if "/org/sim5-data/" in r.path]
+    assert repo_paths and all("/videos/" not in p and "/data/" not in p for p in repo_paths)
+    assert sum(p.endswith(".mp4") for p in bucket_paths) > 0
+
+    # a second user with the index in hand: one range per episode-camera, from the bucket
+    hub_standin.hub_requests.clear()
+    hub_standin.cdn_requests.clear()
+    with pool() as dataset:
+        again = {int(s["index"]): s for s in dataset}
+    _check_against_reference(again, lerobot_reference)
+    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    assert len(resolves) == EPISODE_CAMERAS
+    assert all("/buckets/org/sim5-data/" in r.path for r in resolves)
+
+
+def test_index_cli_with_a_data_root_serves_the_next_training_run(
+    hub_standin: HubStandIn,
+    lerobot_fixture_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    _split(hub_standin, lerobot_fixture_root)
+    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
+    monkeypatch.setenv("HF_TOKEN", hub_standin.token)
+    root, data_root = "hf://datasets/org/sim5-meta@v1.0", "hf://buckets/org/sim5-data"
+    argv = ["index", root, "--data-root", data_root, "--cache-dir", str(tmp_path)]
+    assert main([*argv, "--no-progress"]) == 0
+    assert Path(capsys.readouterr().out.strip()).is_file()
+    hub_standin.hub_requests.clear()
+    with EpisodeStreamDataset(root, data_root=data_root, cache_dir=tmp_path) as dataset:
+        dataset[100]
+    # the index the CLI wrote was found: no moov was read, only the episode's own ranges
+    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    assert len(resolves) == 3 * 2  # episode 2 (frames 94-149) and the next, prefetched

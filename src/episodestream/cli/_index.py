@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -30,16 +31,34 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def open_dataset(root: str) -> tuple[RangeReader, DatasetMeta]:
-    """A reader for ``root`` (path or URL) and the dataset's metadata."""
+def open_dataset(root: str, data_root: str | None = None) -> tuple[RangeReader, DatasetMeta]:
+    """A reader for the dataset's files and its metadata: both from ``root`` (path or URL),
+    or the metadata from ``root`` and data and videos from ``data_root``."""
     location = Location.parse(root)
     reader = open_reader(location)
     try:
-        meta = load_dataset_meta(reader, root=location.url, revision=location.revision)
+        meta = load_dataset_meta(
+            reader, root=location.url, revision=getattr(reader, "commit", None)
+        )
+        if data_root is not None:
+            meta_reader, reader = reader, open_reader(data_root)
+            meta_reader.close()
+            meta = dataclasses.replace(
+                meta, root=f"{location.url} + {Location.parse(data_root).url}"
+            )
     except BaseException:
         reader.close()
         raise
     return reader, meta
+
+
+def add_data_root_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="where data/ and videos/ live when not beside meta/ (e.g. metadata from "
+        "hf://datasets/org/name@v1.0, videos from hf://buckets/org/name)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,11 +85,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_data_root_argument(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    reader, meta = open_dataset(args.root)
+    reader, meta = open_dataset(args.root, args.data_root)
     with reader:
         started = time.monotonic()
         manifest = build_manifest(reader, meta, workers=args.workers, progress=not args.no_progress)

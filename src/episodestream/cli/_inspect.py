@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from episodestream.cli._index import open_dataset
+from episodestream.cli._index import add_data_root_argument, open_dataset
 from episodestream.manifest import load_sidecar, sidecar_status, source_info
 
 __all__ = ["register"]
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
     )
+    add_data_root_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -35,7 +36,7 @@ def _size(num_bytes: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    reader, meta = open_dataset(args.root)
+    reader, meta = open_dataset(args.root, args.data_root)
     with reader:
         statuses = sidecar_status(reader, meta, sidecar=args.sidecar, cache_dir=args.cache_dir)
         valid = next((s for s in statuses if s.state == "valid" and s.where != "published"), None)

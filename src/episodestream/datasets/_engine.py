@@ -65,10 +65,16 @@ def open_dataset(
                 f"revision={options.revision!r} applies to hf:// roots only, not {location.url!r}"
             )
         location = dataclasses.replace(location, revision=options.revision)
+    label = root_label or location.url
     reader = open_reader(location, **options.reader_options)
     try:
-        label = root_label or location.url
         meta = load_dataset_meta(reader, root=label, revision=getattr(reader, "commit", None))
+        if options.data_root is not None:
+            # metadata from the root (at its revision); data and videos from data_root
+            meta_reader, reader = reader, open_reader(options.data_root, **options.reader_options)
+            meta_reader.close()
+            data_label = Location.parse(options.data_root).url
+            meta = dataclasses.replace(meta, root=f"{label} + {data_label}")
         unsupported = meta.image_keys
         if unsupported:
             raise DatasetFormatError(
@@ -92,7 +98,7 @@ def open_dataset(
         raise
     headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
     return OpenedDataset(
-        root=label,
+        root=meta.root,
         reader=reader,
         meta=meta,
         manifest=manifest,

@@ -94,6 +94,9 @@ class StreamOptions:
         reader_options: passed to :func:`episodestream.storage.open_reader` (token, timeouts,
             storage_options for fsspec, ...).
         max_open_decoders, max_decoder_bytes: bounds of the open-decoder LRU.
+        data_root: where ``data/`` and ``videos/`` live when not beside ``meta/`` (metadata
+            from a Hub repo at a revision, videos and Parquet from a bucket, say); the same
+            ``reader_options`` reach both.
     """
 
     revision: str | None = None
@@ -112,6 +115,7 @@ class StreamOptions:
     reader_options: dict[str, Any] = field(default_factory=dict, repr=False)
     max_open_decoders: int = DEFAULT_MAX_OPEN_DECODERS
     max_decoder_bytes: int = DEFAULT_MAX_DECODER_BYTES
+    data_root: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
@@ -125,6 +129,8 @@ class StreamOptions:
             value = getattr(self, name)
             if not (isinstance(value, str) or (value is None and name == "revision")):
                 raise ConfigTypeError(f"{name} must be a str, got {value!r}")
+        if self.data_root is not None and not isinstance(self.data_root, str | os.PathLike):
+            raise ConfigTypeError(f"data_root must be a str or path, got {self.data_root!r}")
         if not isinstance(self.reader_options, Mapping):
             raise ConfigTypeError(
                 f"reader_options must be a dict, got {type(self.reader_options).__name__}"
