@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -56,8 +57,19 @@ def resolve_backend(backend: BackendName, device: str | torch.device = "cpu") ->
         return "torchcodec"
     if backend == "torchcodec" or not on_cpu:
         raise DecodeError(f"torchcodec cannot be loaded ({reason}); backend='pyav' decodes on CPU")
-    _LOG.info("torchcodec unavailable (%s); decoding with PyAV", reason)
+    _warn_fallback_once(reason)
     return "pyav"
+
+
+@functools.cache
+def _warn_fallback_once(reason: str) -> None:
+    # PyAV decodes the same pixels at several times the CPU: say so once, with the fix
+    _LOG.warning(
+        "torchcodec cannot be loaded with torch %s (%s); decoding with PyAV, which costs "
+        "several times the CPU per frame: install the torchcodec release built for this torch",
+        torch.__version__,
+        reason,
+    )
 
 
 def open_decoder(
