@@ -230,6 +230,14 @@ def test_act_training_on_streamed_datasets_equals_lerobot(
     assert isinstance(pool.datasets[0], EpisodePoolDataset)
     assert len(theirs.batches) == len(ours.batches) == len(pool.batches) == STEPS
 
+    # LeRobot 0.6 samples every map-style dataset through EpisodeAwareSampler (built from our
+    # meta for ours) and hands its loop uint8 frames; 0.4 shuffles and hands float32
+    samplers = 1 if LEROBOT_06 else 0
+    assert len(theirs.samplers) == len(ours.samplers) == samplers and not pool.samplers
+    frames = torch.uint8 if LEROBOT_06 else torch.float32
+    for run in (theirs, ours, pool):
+        assert run.batches[0]["observation.images.cam_high"].dtype == frames
+
     # map-style: LeRobot's sampler drew the same indices; every batch and every loss equal
     assert torch.equal(ours.batches[0]["index"], theirs.batches[0]["index"])
     for step, (mine, reference) in enumerate(zip(ours.batches, theirs.batches, strict=True)):
