@@ -122,3 +122,10 @@ def test_bad_index_and_epoch(lerobot_fixture_root: Path, datasets_cache_dir: Pat
         assert len(next(iter(loader))["index"]) == 4
         with pytest.raises(SamplingError, match="samples_consumed="):
             pool.state_dict()  # DataLoader workers iterated copies: the caller must say
+    with EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir) as pool:
+        next(iter(pool))  # this process iterated once (say, to look at a sample) ...
+        assert pool.state_dict()["samples_consumed"] == 1
+        loader = torch.utils.data.DataLoader(pool, batch_size=4, num_workers=1)
+        next(iter(loader))  # ... then workers did: its own count is stale now
+        with pytest.raises(SamplingError, match="samples_consumed="):
+            pool.state_dict()

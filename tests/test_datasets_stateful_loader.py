@@ -79,11 +79,13 @@ def test_worker_state_round_trip_and_mismatch(
         assert sorted(s["worker"] for s in worker_states) == [0, 1]
         # three batches of four came from the two workers, round-robin: 8 + 4
         assert sorted(s["samples_yielded"] for s in worker_states) == [4, 8]
-        # a worker's state handed to another worker is refused, naming both
-        mine = dict(worker_states[0], worker=1)
-        pool.load_state_dict(mine)
-        with pytest.raises(SamplingError, match="was handed to worker 0 of 1"):
-            next(iter(pool))
+        # a worker's state handed to another worker is refused, naming both: worker 0's
+        # state restored into a plain DataLoader reaches both of its workers
+        first = next(s for s in worker_states if s["worker"] == 0)
+        pool.load_state_dict(first)
+        plain = torch.utils.data.DataLoader(pool, batch_size=4, num_workers=2)
+        with pytest.raises(SamplingError, match="was handed to worker 1 of 2"):
+            list(plain)
         # a state from another seed is refused at once
         with pytest.raises(SamplingError, match="seed"):
             pool.load_state_dict(dict(worker_states[0], seed=4))

@@ -61,3 +61,14 @@ def test_uint8_pool_through_workers_equals_float_pool(
         assert mine[camera].nbytes * 4 == theirs[camera].nbytes
         converted = images_to_float(mine, keys=[camera], device="cpu")
         assert torch.equal(converted[camera], theirs[camera])
+
+
+def test_conversion_is_true_division_for_every_byte_value() -> None:
+    """images_to_float divides (as LeRobot's x / 255 on the CPU), never multiplies by 1/255
+    (what CUDA does for a scalar divisor: 1 ulp off for 126 of the 256 values)."""
+    values = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+    converted = images_to_float({"image": values.clone()})["image"]
+    expected = torch.from_numpy(np.arange(256, dtype=np.float32).reshape(1, 1, 16, 16) / 255)
+    assert torch.equal(converted, expected)
+    by_reciprocal = values.to(torch.float32) * np.float32(1 / 255)
+    assert not torch.equal(by_reciprocal, expected)  # the difference this guards against

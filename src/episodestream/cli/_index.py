@@ -43,9 +43,11 @@ def open_dataset(root: str, data_root: str | None = None) -> tuple[RangeReader, 
         if data_root is not None:
             meta_reader, reader = reader, open_reader(data_root)
             meta_reader.close()
-            meta = dataclasses.replace(
-                meta, root=f"{location.url} + {Location.parse(data_root).url}"
-            )
+            data_label = Location.parse(data_root).url
+            data_commit = getattr(reader, "commit", None)
+            if data_commit:  # as training keys it (datasets/_engine.py)
+                data_label = f"{data_label}@{data_commit}"
+            meta = dataclasses.replace(meta, root=f"{location.url} + {data_label}")
     except BaseException:
         reader.close()
         raise

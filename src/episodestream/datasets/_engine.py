@@ -71,9 +71,17 @@ def open_dataset(
         meta = load_dataset_meta(reader, root=label, revision=getattr(reader, "commit", None))
         if options.data_root is not None:
             # metadata from the root (at its revision); data and videos from data_root
-            meta_reader, reader = reader, open_reader(options.data_root, **options.reader_options)
+            data_options = (
+                options.reader_options
+                if options.data_reader_options is None
+                else options.data_reader_options
+            )
+            meta_reader, reader = reader, open_reader(options.data_root, **data_options)
             meta_reader.close()
             data_label = Location.parse(options.data_root).url
+            data_commit = getattr(reader, "commit", None)
+            if data_commit:  # a repo on a branch: key the index by what it resolved to
+                data_label = f"{data_label}@{data_commit}"
             meta = dataclasses.replace(meta, root=f"{label} + {data_label}")
         unsupported = meta.image_keys
         if unsupported:

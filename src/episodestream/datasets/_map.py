@@ -110,8 +110,12 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         self._requested_episodes = (
             None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
         )
-        self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
-        check_depth(self._meta, depth_output_unit)
+        try:  # the reader is open: a refusal must close it
+            self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+            check_depth(self._meta, depth_output_unit)
+        except BaseException:
+            self.dataset.close()
+            raise
         self.prefetch_next = prefetch_next
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None

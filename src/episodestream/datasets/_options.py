@@ -96,7 +96,8 @@ class StreamOptions:
         max_open_decoders, max_decoder_bytes: bounds of the open-decoder LRU.
         data_root: where ``data/`` and ``videos/`` live when not beside ``meta/`` (metadata
             from a Hub repo at a revision, videos and Parquet from a bucket, say); the same
-            ``reader_options`` reach both.
+            ``reader_options`` reach both unless ``data_reader_options`` are given (say,
+            a Hub token for the root and ``{"storage_options": {"anon": True}}`` for S3).
     """
 
     revision: str | None = None
@@ -116,6 +117,8 @@ class StreamOptions:
     max_open_decoders: int = DEFAULT_MAX_OPEN_DECODERS
     max_decoder_bytes: int = DEFAULT_MAX_DECODER_BYTES
     data_root: str | os.PathLike[str] | None = None
+    # may hold a token: never in repr()
+    data_reader_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
@@ -131,6 +134,12 @@ class StreamOptions:
                 raise ConfigTypeError(f"{name} must be a str, got {value!r}")
         if self.data_root is not None and not isinstance(self.data_root, str | os.PathLike):
             raise ConfigTypeError(f"data_root must be a str or path, got {self.data_root!r}")
+        if self.data_reader_options is not None and not isinstance(
+            self.data_reader_options, Mapping
+        ):
+            raise ConfigTypeError(
+                f"data_reader_options must be a dict, got {type(self.data_reader_options).__name__}"
+            )
         if not isinstance(self.reader_options, Mapping):
             raise ConfigTypeError(
                 f"reader_options must be a dict, got {type(self.reader_options).__name__}"

@@ -229,20 +229,21 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self._requested_episodes = (
             None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
         )
-        self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
-        check_depth(self._meta, depth_output_unit)
-        #: decoded bytes of the largest window (margins included), from info.json's shapes
-        self.window_bytes = max_window_bytes(
-            self.dataset.meta, self.samples.offsets, self.window_frames
-        )
-        if self.unit == "window":
-            try:  # fail fast: the whole budget must hold two windows (workers split it later)
+        try:  # the reader is open: any refusal below must close it
+            self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+            check_depth(self._meta, depth_output_unit)
+            #: decoded bytes of the largest window (margins included), from info.json's shapes
+            self.window_bytes = max_window_bytes(
+                self.dataset.meta, self.samples.offsets, self.window_frames
+            )
+            if self.unit == "window":
+                # fail fast: the whole budget must hold two windows (workers split it later)
                 window_slots(
                     self.decoded_budget, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
                 )
-            except BaseException:
-                self.dataset.close()
-                raise
+        except BaseException:
+            self.dataset.close()
+            raise
         if "max_open_decoders" not in options:
             # one decoder per resident (and next) episode-camera per decode thread, so random
             # draws across the pool reuse decoders instead of reopening evicted ones
@@ -256,6 +257,8 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         # iterations DataLoader workers started on copies of this dataset (shared likewise):
         # after one, this process's own count says nothing about what the loader delivered
         self._worker_iterations = multiprocessing.get_context().RawValue("q", 0)
+        # the worker iterations counted when this process last began iterating itself
+        self._worker_iterations_seen = 0
         self._resume: dict[str, Any] | None = None
         self._yielded = 0
         self._yielded_epoch: int | None = None
@@ -365,15 +368,15 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         if samples_consumed is None and worker is not None:
             return self._worker_state(worker.id, worker.num_workers)
         if samples_consumed is None:
+            if self._worker_iterations.value > self._worker_iterations_seen:
+                raise SamplingError(
+                    "state_dict() needs samples_consumed= (and num_workers=, batch_size=): "
+                    "DataLoader workers iterated copies of this dataset, so this process "
+                    "cannot know what the loader delivered"
+                )
+            if self._resume is not None and self._resume.get("kind", "rank") == "rank":
+                return dict(self._resume)  # restored, not iterated since
             if self._iterated_workers is None:
-                if self._resume is not None and self._resume.get("kind", "rank") == "rank":
-                    return dict(self._resume)  # restored, not iterated yet
-                if self._worker_iterations.value > 0:
-                    raise SamplingError(
-                        "state_dict() needs samples_consumed= (and num_workers=, batch_size=): "
-                        "DataLoader workers iterated copies of this dataset, so this process "
-                        "cannot know what the loader delivered"
-                    )
                 samples_consumed, num_workers = 0, num_workers or 1
             else:
                 samples_consumed = self._progress()
@@ -498,6 +501,10 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
                 )
         self._epoch.value = int(state["epoch"])
         self._resume = dict(state)
+        # a restored position is a fresh start: earlier iterations here or in workers no
+        # longer describe what comes next
+        self._yielded_epoch = None
+        self._worker_iterations_seen = int(self._worker_iterations.value)
 
     def _resume_slot(self, slot: WorkerSlot, plan) -> tuple[WorkerSlot, int]:
         """The slot this DataLoader worker plays and the draws it has already delivered.
@@ -549,6 +556,8 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self._iterated_workers = None if in_worker else slot.num_workers
         if in_worker:
             self._worker_iterations.value += 1  # racy increments still leave it > 0
+        else:
+            self._worker_iterations_seen = int(self._worker_iterations.value)
         self._yielded, self._yielded_epoch = start, self.epoch
         if ids.size == 0:
             return

@@ -15,8 +15,8 @@ checked for size only, and they are never sent ``If-Range``.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import posixpath
 import re
@@ -44,6 +44,8 @@ HUB_ORIGINS: frozenset[tuple[str, str, int]] = frozenset(
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.IGNORECASE)
 # A tree listing is paginated; this bounds the pages followed (1,000 entries each on the Hub).
+logger = logging.getLogger(__name__)
+
 _MAX_LIST_PAGES = 100_000
 # bound on waiting for another thread's listing of the same folder
 _LISTING_WAIT_S = 120.0
@@ -256,8 +258,11 @@ class HubRangeReader(HttpRangeReader):
             listed.wait(timeout=_LISTING_WAIT_S)  # on timeout, the probe still answers
             return
         try:
-            with contextlib.suppress(NotFound):  # the probe then names the missing file
-                self._tree(folder)
+            self._tree(folder)
+        except StorageError as error:
+            # a mirror without the tree API, a missing folder: each file's own probe answers
+            # (and names the file when it is missing)
+            logger.debug("no size listing of %r (%s); probing its files", folder, error)
         finally:
             listed.set()
 
@@ -274,10 +279,12 @@ class HubRangeReader(HttpRangeReader):
         url = url.rstrip("/") + "?recursive=true"
         inner = self._location.path
         files: list[tuple[str, int | None]] = []
-        for _ in range(_MAX_LIST_PAGES):
+        for page in range(_MAX_LIST_PAGES):
             try:
                 body, headers = self._get_document(url)
             except NotFound:
+                if page:
+                    raise  # a cursor that vanished: never a silently shortened listing
                 return []
             try:
                 entries = json.loads(body)
@@ -303,14 +310,17 @@ class HubRangeReader(HttpRangeReader):
             match = _NEXT_LINK.search(headers.get("Link", ""))
             if match is None:
                 return files
-            # the next page's cursor, asked of the endpoint we talk to: a mirror or proxy in
-            # HF_ENDPOINT may be answered with links to the Hub's own host, where our token
-            # must not go (huggingface_hub would send it there)
-            following = urllib.parse.urlsplit(urllib.parse.urljoin(url, match.group(1)))
-            here = urllib.parse.urlsplit(url)
-            url = urllib.parse.urlunsplit(
-                (here.scheme, here.netloc, following.path, following.query, "")
-            )
+            following = urllib.parse.urljoin(url, match.group(1))
+            if origin_of(following) != origin_of(url):
+                # a mirror or proxy in HF_ENDPOINT may pass on links to the Hub's own host,
+                # where our token must not go: ask the endpoint we talk to for the same
+                # listing at the link's cursor (its query), keeping our own path and prefix
+                here = urllib.parse.urlsplit(url)
+                query = urllib.parse.urlsplit(following).query
+                following = urllib.parse.urlunsplit(
+                    (here.scheme, here.netloc, here.path, query, "")
+                )
+            url = following
         raise StorageError(f"Hub tree listing of {folder!r} has more than {_MAX_LIST_PAGES} pages")
 
     def _learn_size(self, clean: str, size: int) -> None:
