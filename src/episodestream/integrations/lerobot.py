@@ -26,7 +26,7 @@ import contextlib
 import inspect
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -55,16 +55,21 @@ _IMAGENET_STATS = {
 
 
 def load_metadata(
-    repo_id: str | None, root: str | None = None, revision: str | None = None
+    repo_id: str | None,
+    root: str | None = None,
+    revision: str | None = None,
+    *,
+    reader_options: Mapping[str, Any] | None = None,
 ) -> LeRobotMetadata:
-    """Only the metadata (LeRobot's ``LeRobotDatasetMetadata(repo_id, root, revision)``)."""
+    """Only the metadata (LeRobot's ``LeRobotDatasetMetadata(repo_id, root, revision)``);
+    ``reader_options`` as the dataset would get them (a token, storage options)."""
     name = resolve_dataset_name(repo_id, root)
     location = name.location
     if revision is not None and location.kind == "hub":
         from dataclasses import replace
 
         location = replace(location, revision=revision)
-    with open_reader(location) as reader:
+    with open_reader(location, **dict(reader_options or {})) as reader:
         meta = load_dataset_meta(reader, root=location.url)
     return lerobot_meta(meta, name, revision)
 
@@ -127,7 +132,12 @@ def _build(
         )
     image_transforms = _image_transforms(factory, dataset_cfg) if transforms else None
     if meta is None:
-        meta = load_metadata(dataset_cfg.repo_id, dataset_cfg.root, dataset_cfg.revision)
+        meta = load_metadata(
+            dataset_cfg.repo_id,
+            dataset_cfg.root,
+            dataset_cfg.revision,
+            reader_options=options.get("reader_options"),
+        )
     trainable = getattr(cfg, "trainable_config", None) or cfg.policy
     delta_timestamps = factory.resolve_delta_timestamps(trainable, meta)
     common: dict[str, Any] = {
@@ -144,12 +154,9 @@ def _build(
         common["depth_output_unit"] = dataset_cfg.depth_output_unit
     dataset: EpisodeStreamDataset | EpisodePoolDataset
     if streaming:
-        dataset = EpisodePoolDataset(
-            dataset_cfg.repo_id,
-            seed=cfg.seed if cfg.seed is not None else 0,
-            **common,
-            **options,
-        )
+        # LeRobot's seed orders the pool unless the caller chose one
+        pool_options = {"seed": cfg.seed if cfg.seed is not None else 0, **options}
+        dataset = EpisodePoolDataset(dataset_cfg.repo_id, **common, **pool_options)
     else:
         dataset = EpisodeStreamDataset(
             dataset_cfg.repo_id, video_backend=dataset_cfg.video_backend, **common, **options
@@ -213,7 +220,12 @@ def make_train_eval_datasets(
         raise ConfigError(
             "cfg.dataset.repo_id must be one dataset (multi-dataset is not supported)"
         )
-    meta = load_metadata(cfg.dataset.repo_id, cfg.dataset.root, cfg.dataset.revision)
+    meta = load_metadata(
+        cfg.dataset.repo_id,
+        cfg.dataset.root,
+        cfg.dataset.revision,
+        reader_options=options.get("reader_options"),
+    )
     typed = meta.dataset_meta.episodes
     chosen = cfg.dataset.episodes
     episodes = [int(e) for e in (chosen if chosen is not None else typed.episode_index)]
@@ -252,6 +264,9 @@ _POOL_ONLY = frozenset(
         "max_pending_samples",
         "rank",
         "world_size",
+        "unit",
+        "window_frames",
+        "decoded_budget",
     }
 )
 
