@@ -27,6 +27,7 @@ from episodestream.storage import Location
 __all__ = [
     "LEROBOT_NO_EFFECT_ARGS",
     "DatasetName",
+    "LeRobotSurface",
     "check_depth",
     "decoder_for_backend",
     "lerobot_meta",
@@ -154,3 +155,53 @@ def check_depth(meta: LeRobotMetadata, depth_output_unit: str | None) -> None:
             f"depth_output_unit={depth_output_unit!r}: depth-map cameras {meta.depth_keys} are "
             "streamed as stored, without unit conversion"
         )
+
+
+class LeRobotSurface:
+    """What LeRobot's training reads from a dataset besides its samples, shared by both
+    dataset classes (which set ``name``, ``dataset``, ``_meta`` and ``_requested_episodes``)."""
+
+    name: DatasetName
+    dataset: Any  # datasets._engine.OpenedDataset (an upper module; typed loosely here)
+    _meta: LeRobotMetadata
+    _requested_episodes: list[int] | None
+
+    @property
+    def meta(self) -> LeRobotMetadata:
+        """LeRobot's ``LeRobotDatasetMetadata`` surface (features, stats, episodes, ...);
+        our typed metadata is ``meta.dataset_meta``."""
+        return self._meta
+
+    @property
+    def repo_id(self) -> str:
+        return self.name.repo_id
+
+    @property
+    def root(self) -> str | Path:
+        return self.name.root
+
+    @property
+    def revision(self) -> str:
+        return self._meta.revision
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self._meta.features
+
+    @property
+    def fps(self) -> int | float:
+        return self._meta.fps
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes (for the pool: all ranks together, one epoch)."""
+        return int(self.dataset.num_frames)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.dataset.episode_ids)
+
+    @property
+    def episodes(self) -> list[int] | None:
+        """The episodes asked for, as given (None: all), like LeRobot's."""
+        return self._requested_episodes

@@ -6,13 +6,13 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
 from episodestream.datasets._compat import (
+    LeRobotSurface,
     check_depth,
     decoder_for_backend,
     lerobot_meta,
@@ -24,13 +24,12 @@ from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigTypeError
-from episodestream.lerobot import LeRobotMetadata
 from episodestream.storage import Location
 
 __all__ = ["EpisodeStreamDataset"]
 
 
-class EpisodeStreamDataset(torch.utils.data.Dataset):
+class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
     """Map-style dataset returning, for index ``i``, the sample LeRobot's ``LeRobotDataset``
     returns for the same dataset and index — streamed instead of downloaded.
 
@@ -123,46 +122,7 @@ class EpisodeStreamDataset(torch.utils.data.Dataset):
         self._engine_pid: int | None = None
         self._lock = threading.Lock()
 
-    # -- LeRobot-like surface -------------------------------------------------------------------
-
-    @property
-    def meta(self) -> LeRobotMetadata:
-        """LeRobot's ``LeRobotDatasetMetadata`` surface (features, stats, episodes, ...);
-        our typed metadata is ``meta.dataset_meta``."""
-        return self._meta
-
-    @property
-    def repo_id(self) -> str:
-        return self.name.repo_id
-
-    @property
-    def root(self) -> str | Path:
-        return self.name.root
-
-    @property
-    def revision(self) -> str:
-        return self._meta.revision
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self._meta.features
-
-    @property
-    def fps(self) -> int | float:
-        return self._meta.fps
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self.dataset.episode_ids)
-
-    @property
-    def num_frames(self) -> int:
-        return self.dataset.num_frames
-
-    @property
-    def episodes(self) -> list[int] | None:
-        """The episodes asked for, as given (None: all), like LeRobot's."""
-        return self._requested_episodes
+    # -- LeRobot-like surface (meta, repo_id, root, fps, num_frames, ...: LeRobotSurface) -----
 
     @property
     def episode_ids(self) -> list[int]:

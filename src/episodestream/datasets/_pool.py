@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch.utils.data
 
 from episodestream._checks import check_choice, check_int
 from episodestream.datasets._compat import (
+    LeRobotSurface,
     check_depth,
     decoder_for_backend,
     lerobot_meta,
@@ -43,7 +43,6 @@ from episodestream.datasets._windows import (
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import BackendName, DecodeExecutor
 from episodestream.errors import SamplingError
-from episodestream.lerobot import LeRobotMetadata
 from episodestream.sampling import (
     DEFAULT_WINDOW_FRAMES,
     PoolParams,
@@ -124,7 +123,7 @@ class _PoolMetrics:
             }
 
 
-class EpisodePoolDataset(torch.utils.data.IterableDataset):
+class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
     """Iterable dataset drawing every selected frame exactly once per epoch from a pool of
     resident episodes (see DESIGN.md, "Exact-coverage pool").
 
@@ -266,48 +265,6 @@ class EpisodePoolDataset(torch.utils.data.IterableDataset):
         self._metrics: _PoolMetrics | None = None
         self._engine: StreamEngine | None = None
         self._window_run: WindowRun | None = None
-
-    # -- LeRobot-like surface -------------------------------------------------------------------
-
-    @property
-    def meta(self) -> LeRobotMetadata:
-        """LeRobot's ``LeRobotDatasetMetadata`` surface (features, stats, episodes, ...);
-        our typed metadata is ``meta.dataset_meta``."""
-        return self._meta
-
-    @property
-    def repo_id(self) -> str:
-        return self.name.repo_id
-
-    @property
-    def root(self) -> str | Path:
-        return self.name.root
-
-    @property
-    def revision(self) -> str:
-        return self._meta.revision
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self._meta.features
-
-    @property
-    def fps(self) -> int | float:
-        return self._meta.fps
-
-    @property
-    def num_frames(self) -> int:
-        """Frames of the selected episodes, all ranks together (one epoch of the dataset)."""
-        return self.dataset.num_frames
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self.dataset.episode_ids)
-
-    @property
-    def episodes(self) -> list[int] | None:
-        """The episodes asked for, as given (None: all), like LeRobot's."""
-        return self._requested_episodes
 
     # -- epochs and resume ----------------------------------------------------------------------
 
