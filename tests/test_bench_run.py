@@ -115,6 +115,9 @@ def test_json_round_trip_has_every_section(
     assert BenchReport.read_json(path) == report
     for name in ("connect_ms", "headers_ms", "first_byte_ms", "body_ms", "retries", "failures"):
         assert name in data["http"]["fetch"]
+    # nginx announces no quota: no 429s counted, no time waited for a window
+    assert data["http"]["fetch"]["rate_limited"] == 0
+    assert data["http"]["fetch"]["quota_wait_s"] == 0.0
     stages = data["fetch"]["ms_per_camera_job"]
     assert set(stages) == {"manifest_lookup", "range_fetch", "clip_write", "store"}
     assert stages["range_fetch"] > 0
@@ -219,3 +222,13 @@ def test_plot_is_a_png(bench_run: tuple[BenchReport, int], tmp_path: Path) -> No
     path = write_plot(report, tmp_path / "plot.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
+
+
+def test_http_figures_count_quota_429s_and_waits() -> None:
+    from episodestream.bench._tracks import http_figures
+
+    figures = http_figures(
+        {"requests": 40, "rate_limited": 3, "quota_wait_seconds": 31.5, "status_429": 3}
+    )
+    assert figures["rate_limited"] == 3 and figures["quota_wait_s"] == 31.5
+    assert figures["status_counts"] == {"429": 3}

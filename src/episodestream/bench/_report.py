@@ -177,6 +177,8 @@ def _http(report: BenchReport) -> str:
                 fmt(h["chunk_wait_ms"], 1),
                 h["retries"],
                 h["failures"],
+                h.get("rate_limited", 0),
+                fmt(h.get("quota_wait_s", 0.0), 1),
                 statuses,
                 fmt(h["bytes_per_request"] / 1024, 1),
             ]
@@ -193,6 +195,8 @@ def _http(report: BenchReport) -> str:
             "chunk wait ms",
             "retries",
             "failed",
+            "429 (quota)",
+            "quota wait s",
             "statuses",
             "KiB per request",
         ],

@@ -156,6 +156,9 @@ def http_figures(metrics: dict[str, Any]) -> dict[str, Any]:
         "retries": int(metrics.get("retries", 0)),
         "resumes": int(metrics.get("resumes", 0)),
         "failures": int(metrics.get("failures", 0)),
+        # 429s that announced a quota window, and the time waited for windows to reset
+        "rate_limited": int(metrics.get("rate_limited", 0)),
+        "quota_wait_s": float(metrics.get("quota_wait_seconds", 0.0)),
         "status_counts": statuses,
         "bytes": int(metrics.get("bytes", 0)),
         "bytes_per_request": metrics.get("bytes", 0) / requests if requests else 0.0,
