@@ -40,7 +40,7 @@ __all__ = ["REPORT_VERSION", "BenchReport", "run_bench"]
 logger = logging.getLogger(__name__)
 
 REPORT_VERSION = 1
-#: issue-7 targets: STREAM steady samples/s against LOCAL, bytes fetched against the episodes'
+#: the streaming targets: STREAM steady samples/s against LOCAL, bytes fetched against the episodes'
 #: own video bytes, range requests per episode-camera
 TARGET_STREAM_OVER_LOCAL = 0.9
 TARGET_BYTES_OVER_VIDEO = 1.05
@@ -55,7 +55,7 @@ class BenchReport:
     ``tracks`` (stream / local / naive / download: samples, seconds, samples/s, steady
     samples/s, time to first sample, memory), ``fetch``, ``http``, ``decode``, ``randomness``,
     ``keepup``, ``memory``, ``ratios`` (STREAM over the others and byte/request ratios),
-    ``targets`` (issue 7's, each with value, target and whether it is met), ``timeline``
+    ``targets`` (the streaming targets, each with value, target and whether it is met), ``timeline``
     (STREAM's time series), ``notes`` (what was skipped and why).
     """
 

@@ -112,7 +112,7 @@ def _targets(report: BenchReport) -> str:
         [name, fmt(t["value"], 3), f"{t['relation']} {t['target']}", fmt(t["met"])]
         for name, t in report.targets.items()
     ]
-    return markdown_table(["issue-7 target", "value", "target", "met"], rows)
+    return markdown_table(["target", "value", "goal", "met"], rows)
 
 
 def _fetch(report: BenchReport) -> str:
