@@ -67,8 +67,9 @@ def test_a_window_beyond_the_bound_fails_at_once_naming_it(hub):
 
 
 def test_the_stand_ins_429_as_huggingface_hub_reads_it(hub):
-    hub_http = pytest.importorskip("huggingface_hub.utils._http")
-    httpx = pytest.importorskip("httpx")
+    import httpx
+    from huggingface_hub.utils import _http as hub_http
+
     hub.limit_rate(quota=1, window_seconds=300.0)
     url = f"{hub.endpoint}/api/datasets/org/robot/revision/main"
     auth = {"Authorization": f"Bearer {hub.token}"}

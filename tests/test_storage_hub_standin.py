@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import random
 
+import httpx
+import huggingface_hub as hf
 import pytest
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import errors as hf_errors
+from huggingface_hub import hf_api
 
 from tests.plugins.storage import HubStandIn
-
-hf = pytest.importorskip("huggingface_hub")
-httpx = pytest.importorskip("httpx")
-hf_constants = pytest.importorskip("huggingface_hub.constants")
-hf_errors = pytest.importorskip("huggingface_hub.errors")
-hf_api = pytest.importorskip("huggingface_hub.hf_api")
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -100,7 +100,8 @@ def test_hub_revisions_as_huggingface_hub_writes_them(root, revision, path):
 
 
 def test_hub_revision_urls_match_huggingface_hub_where_installed():
-    hf_uris = pytest.importorskip("huggingface_hub.utils._hf_uris")
+    from huggingface_hub.utils import _hf_uris as hf_uris
+
     for root in (
         "hf://datasets/org/name@refs/pr/1/a/b",
         "hf://datasets/org/name@refs/convert/parquet/default",

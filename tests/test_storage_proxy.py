@@ -121,7 +121,8 @@ NO_PROXY_CASES = [
 @pytest.mark.parametrize(("host", "port", "no_proxy", "bypassed", "differs"), NO_PROXY_CASES)
 def test_no_proxy_matching(clean_env, host, port, no_proxy, bypassed, differs):
     assert bypasses_proxy(host.lower(), port, no_proxy) is bypassed
-    requests_utils = pytest.importorskip("requests.utils")
+    import requests.utils as requests_utils
+
     shown_port = "" if port == 443 else f":{port}"
     url_host = f"[{host}]" if ":" in host else host
     url = f"https://{url_host}{shown_port}/x"

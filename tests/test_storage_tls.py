@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import ssl
 
-import pytest
-
 from episodestream.storage import _tls
 
 
@@ -15,7 +13,8 @@ def test_system_store_used_when_present():
 
 
 def test_certifi_fills_an_empty_system_store(tmp_path, monkeypatch):
-    certifi = pytest.importorskip("certifi")
+    import certifi
+
     empty = tmp_path / "certs"
     empty.mkdir()
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "none.pem"))
@@ -34,7 +33,8 @@ def test_certifi_fills_an_empty_system_store(tmp_path, monkeypatch):
 def test_no_verification_and_explicit_bundle(tmp_path):
     off = _tls.client_context(False)
     assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
-    certifi = pytest.importorskip("certifi")
+    import certifi
+
     bundle = _tls.client_context(certifi.where())
     assert bundle.cert_store_stats()["x509_ca"] > 0
 
