@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
 
-from episodestream.lerobot import DatasetMeta, load_dataset_meta
+from episodestream.lerobot import DatasetMeta, open_dataset_files
 from episodestream.manifest import (
     DEFAULT_BUILD_WORKERS,
     PUBLISHED_SIDECAR_PATH,
@@ -16,7 +15,7 @@ from episodestream.manifest import (
     sidecar_cache_path,
     write_sidecar,
 )
-from episodestream.storage import Location, RangeReader, open_reader
+from episodestream.storage import Location, RangeReader
 
 __all__ = ["open_dataset", "register"]
 
@@ -34,24 +33,7 @@ def _positive_int(text: str) -> int:
 def open_dataset(root: str, data_root: str | None = None) -> tuple[RangeReader, DatasetMeta]:
     """A reader for the dataset's files and its metadata: both from ``root`` (path or URL),
     or the metadata from ``root`` and data and videos from ``data_root``."""
-    location = Location.parse(root)
-    reader = open_reader(location)
-    try:
-        meta = load_dataset_meta(
-            reader, root=location.url, revision=getattr(reader, "commit", None)
-        )
-        if data_root is not None:
-            meta_reader, reader = reader, open_reader(data_root)
-            meta_reader.close()
-            data_label = Location.parse(data_root).url
-            data_commit = getattr(reader, "commit", None)
-            if data_commit:  # as training keys it (datasets/_engine.py)
-                data_label = f"{data_label}@{data_commit}"
-            meta = dataclasses.replace(meta, root=f"{location.url} + {data_label}")
-    except BaseException:
-        reader.close()
-        raise
-    return reader, meta
+    return open_dataset_files(Location.parse(root), data_root=data_root)
 
 
 def add_data_root_argument(parser: argparse.ArgumentParser) -> None:

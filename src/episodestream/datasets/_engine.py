@@ -17,9 +17,9 @@ from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import ImageTransform, SampleBuilder
 from episodestream.decode import DecoderPool, open_decoder, resolve_backend
 from episodestream.errors import BudgetError, DatasetFormatError, LocationError, SamplingError
-from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
+from episodestream.lerobot import DatasetMeta, EpisodeRowReader, open_dataset_files
 from episodestream.manifest import EpisodeManifest, open_manifest
-from episodestream.storage import Location, RangeReader, open_reader
+from episodestream.storage import Location, RangeReader
 
 __all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
 
@@ -65,24 +65,14 @@ def open_dataset(
                 f"revision={options.revision!r} applies to hf:// roots only, not {location.url!r}"
             )
         location = dataclasses.replace(location, revision=options.revision)
-    label = root_label or location.url
-    reader = open_reader(location, **options.reader_options)
+    reader, meta = open_dataset_files(
+        location,
+        label=root_label,
+        data_root=options.data_root,
+        reader_options=options.reader_options,
+        data_reader_options=options.data_reader_options,
+    )
     try:
-        meta = load_dataset_meta(reader, root=label, revision=getattr(reader, "commit", None))
-        if options.data_root is not None:
-            # metadata from the root (at its revision); data and videos from data_root
-            data_options = (
-                options.reader_options
-                if options.data_reader_options is None
-                else options.data_reader_options
-            )
-            meta_reader, reader = reader, open_reader(options.data_root, **data_options)
-            meta_reader.close()
-            data_label = Location.parse(options.data_root).url
-            data_commit = getattr(reader, "commit", None)
-            if data_commit:  # a repo on a branch: key the index by what it resolved to
-                data_label = f"{data_label}@{data_commit}"
-            meta = dataclasses.replace(meta, root=f"{label} + {data_label}")
         unsupported = meta.image_keys
         if unsupported:
             raise DatasetFormatError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -129,7 +130,7 @@ class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
         """The episodes this dataset exposes, in index order."""
         return self.dataset.episode_ids.tolist()
 
-    @property
+    @functools.cached_property
     def absolute_to_relative_idx(self) -> dict[int, int] | None:
         """Global frame ``index`` -> position in this dataset, when a subset of episodes is
         selected (None otherwise), as LeRobot 0.6 maps sampler indices."""

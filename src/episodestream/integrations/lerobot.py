@@ -34,8 +34,7 @@ import torch
 from episodestream.datasets import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.datasets._compat import lerobot_meta, resolve_dataset_name
 from episodestream.errors import ConfigError
-from episodestream.lerobot import LeRobotMetadata, load_dataset_meta
-from episodestream.storage import open_reader
+from episodestream.lerobot import LeRobotMetadata, open_dataset_files
 
 __all__ = [
     "load_metadata",
@@ -69,8 +68,8 @@ def load_metadata(
         from dataclasses import replace
 
         location = replace(location, revision=revision)
-    with open_reader(location, **dict(reader_options or {})) as reader:
-        meta = load_dataset_meta(reader, root=location.url)
+    reader, meta = open_dataset_files(location, reader_options=reader_options)
+    reader.close()
     return lerobot_meta(meta, name, revision)
 
 

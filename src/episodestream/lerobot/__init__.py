@@ -14,6 +14,7 @@ from episodestream.lerobot._meta import (
     VideoColumns,
     load_dataset_meta,
 )
+from episodestream.lerobot._open import open_dataset_files
 from episodestream.lerobot._rangefile import RangeFile, open_arrow_file
 from episodestream.lerobot._rows import DEFAULT_ROW_CACHE_BYTES, EpisodeRowReader
 
@@ -33,4 +34,5 @@ __all__ = [
     "lerobot_stats",
     "load_dataset_meta",
     "open_arrow_file",
+    "open_dataset_files",
 ]
