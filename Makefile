@@ -15,7 +15,7 @@ LEROBOT06_PY := $(LEROBOT06_VENV)/bin/python
 LEROBOT06_STAMP := $(LEROBOT06_VENV)/.installed
 PIP := --quiet --disable-pip-version-check
 
-.PHONY: setup setup-lerobot setup-lerobot06 demo test test-main test-fast test-lerobot \
+.PHONY: setup setup-lerobot setup-lerobot06 demo test test-main test-fast test-cuda test-lerobot \
 	test-lerobot06 bench lint clean
 
 setup: $(VENV_STAMP)
@@ -78,12 +78,14 @@ test: test-main test-lerobot
 test-main: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# the inner loop (about a minute): the pure layers (mp4, sampling), location and rate-limit
-# parsing, configuration errors, metadata; no servers, no subprocesses
+# the inner loop (under a minute): tests/unit, the pure layers (mp4, sampling, HTTP rules,
+# locations, retry and redirect policy, configuration errors); no servers, no subprocesses
 test-fast: setup
-	$(PY) -m pytest -q tests/test_mp4_*.py tests/test_sampling_*.py tests/test_storage_location.py \
-	    tests/test_storage_ratelimit.py tests/test_config_errors.py tests/test_lerobot_meta.py \
-	    tests/test_public_api.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# GPU decoding (NVDEC via torchcodec) against the CPU path; needs a CUDA build of torch and a GPU
+test-cuda: setup
+	$(PY) -m pytest -q -m needs_cuda tests/ $(PYTEST_ARGS)
 
 # LeRobot's own train() on our datasets (tests/lerobot_train), in .venv-lerobot
 test-lerobot: setup-lerobot

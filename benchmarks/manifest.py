@@ -309,7 +309,7 @@ def _replicated_dataset(base: Path, target: Path, files_per_camera: int) -> Path
 
 
 def _base_dataset(workdir: Path) -> Path:
-    from episodestream.demo import SyntheticSpec, ensure_synthetic_dataset
+    from episodestream.synthetic import SyntheticSpec, ensure_synthetic_dataset
 
     spec = SyntheticSpec(
         width=64, height=48, episodes=4, min_length=60, max_length=90, episodes_per_file=4

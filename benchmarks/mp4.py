@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.support.synthetic_moov import synthetic_moov
 
 from episodestream.errors import EpisodeStreamError
 from episodestream.mp4 import (
     locate_moov,
     parse_moov,
     plan_span,
-    synthetic_moov,
     walk_boxes,
     write_clip,
 )

@@ -1,125 +1,273 @@
-"""RSS over repeated pool passes: bounded by budget + open decoders + a constant, no growth.
+"""RSS over many pool passes with default malloc settings: threads kept across epochs vs
+fresh threads per pass.
 
-Run: ``python -m benchmarks.rss [--passes 4] [--episodes 12] [--budget 64MiB]``
+Run: ``python -m benchmarks.rss [--passes 50] [--episodes 3] [--budget 64MiB]``
 (on the cached demo dataset, local disk, so the figure is about memory, not the network).
+
+Two child processes run side by side, started together, each without ``MALLOC_ARENA_MAX``:
+
+- ``kept``: every pass runs to its end, so the pool keeps its fetch, rows and decode threads
+  for the next pass (what a training loop over epochs does);
+- ``per-pass``: every pass takes all its samples, then closes the iterator before it reports
+  the end; a pass ended early stops its threads, so the next pass starts fresh ones (how
+  every pass ran before the threads were kept).
+
+Each prints RSS after every pass; the report gives RSS(last)/RSS(2) per mode (target for
+``kept``: at most 1.01) and the two modes' growth side by side. ``--fixed-mmap-threshold`` adds
+a third child, ``kept`` with ``MALLOC_MMAP_THRESHOLD_=131072``: glibc then stops raising its
+mmap threshold as large blocks are freed, so large buffers (frames, clips) are mapped and
+unmapped instead of fragmenting the heaps; it tells how much of the growth left is that.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import json
 import logging
+import os
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import psutil
 
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
-from episodestream.demo import DEMO_SPEC, ensure_synthetic_dataset
+from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
-__all__ = ["RssPass", "measure_rss_passes"]
+__all__ = ["RssPass", "ThreadMode", "measure_rss_passes"]
 
 logger = logging.getLogger(__name__)
-_SAMPLE_EVERY_S = 0.05
+ThreadMode = Literal["kept", "per-pass"]
+_MODES: tuple[ThreadMode, ...] = ("kept", "per-pass")
+#: the diagnostic child: kept threads, glibc's mmap threshold fixed at its default
+_FIXED = "kept+mmap128k"
+_FIXED_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+_MIB = 2**20
+#: bound on one child's whole run (50 passes of a few hundred samples take minutes)
+_CHILD_TIMEOUT_S = 3600.0
+#: passes whose RSS the table shows (1-based), besides the last
+_SHOWN = (1, 2, 3, 5, 10, 20, 30, 40)
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (all arenas): the heap bytes in use and free."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _heap_mib() -> tuple[float | None, float | None]:
+    """malloc's bytes in use and free inside its heaps (MiB); None off glibc >= 2.33."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None, None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return info.uordblks / _MIB, info.fordblks / _MIB
 
 
 @dataclass(frozen=True, slots=True)
 class RssPass:
-    """One full epoch of the pool: process RSS before, peak during and after (MiB)."""
+    """One full epoch of the pool: samples, process RSS after it (MiB) and live threads."""
 
     epoch: int
     samples: int
-    seconds: float
-    rss_before_mib: float
-    rss_peak_mib: float
     rss_after_mib: float
+    threads: int
+    cpu_ms_per_sample: float
+    heap_in_use_mib: float | None
+    heap_free_mib: float | None
     cache_peak_mib: float
     decoder_peak_mib: float
 
 
 def measure_rss_passes(
-    *, passes: int = 4, episodes: int = 12, budget: str = "64MiB", cache_dir: str | None = None
+    *,
+    passes: int = 50,
+    episodes: int = 3,
+    budget: str = "64MiB",
+    threads: ThreadMode = "kept",
+    cache_dir: str | None = None,
 ) -> list[RssPass]:
+    """Iterate ``passes`` epochs of one pool dataset; RSS after each (after ``gc.collect``)."""
     root = ensure_synthetic_dataset(DEMO_SPEC)
     process = psutil.Process()
     results = []
     with EpisodePoolDataset(
         root,
         episodes=range(episodes),
-        pool_size=4,
-        prefetch_episodes=2,
+        pool_size=2,
+        prefetch_episodes=1,
         byte_budget=budget,
         image_dtype="uint8",
         decode_threads=2,
         cache_dir=cache_dir,
     ) as dataset:
+        per_epoch = len(dataset)
         for epoch in range(passes):
             dataset.set_epoch(epoch)
+            cpu_started = time.process_time()
+            iterator = iter(dataset)
+            for _ in range(per_epoch):
+                next(iterator)
+            metrics = dataset.metrics()
+            cache_peak = metrics["cache"].peak_bytes
+            decoder_peak = metrics["decoders"].peak_bytes
+            if threads == "kept":
+                if next(iterator, None) is not None:
+                    raise RuntimeError(f"epoch {epoch} yielded more than {per_epoch} samples")
+            else:
+                iterator.close()  # before its end: the pass stops its threads
+            del iterator
+            cpu_s = time.process_time() - cpu_started
             gc.collect()
-            before = process.memory_info().rss
-            peak = [before]
-            stop = threading.Event()
-
-            def watch(peak: list[int] = peak, stop: threading.Event = stop) -> None:
-                while not stop.wait(_SAMPLE_EVERY_S):
-                    peak[0] = max(peak[0], process.memory_info().rss)
-
-            watcher = threading.Thread(target=watch, name="rss-watch")
-            watcher.start()
-            started = time.perf_counter()
-            samples = 0
-            cache_peak = decoder_peak = 0
-            for _ in dataset:
-                samples += 1
-                if samples % 100 == 0:
-                    metrics = dataset.metrics()
-                    cache_peak = max(cache_peak, metrics["cache"].peak_bytes)
-                    decoder_peak = max(decoder_peak, metrics["decoders"].peak_bytes)
-            seconds = time.perf_counter() - started
-            stop.set()
-            watcher.join(5)
-            gc.collect()
-            mib = 2**20
+            in_use, free = _heap_mib()
             results.append(
                 RssPass(
                     epoch=epoch,
-                    samples=samples,
-                    seconds=seconds,
-                    rss_before_mib=before / mib,
-                    rss_peak_mib=peak[0] / mib,
-                    rss_after_mib=process.memory_info().rss / mib,
-                    cache_peak_mib=cache_peak / mib,
-                    decoder_peak_mib=decoder_peak / mib,
+                    samples=per_epoch,
+                    rss_after_mib=process.memory_info().rss / _MIB,
+                    threads=threading.active_count(),
+                    cpu_ms_per_sample=1000.0 * cpu_s / per_epoch,
+                    heap_in_use_mib=in_use,
+                    heap_free_mib=free,
+                    cache_peak_mib=cache_peak / _MIB,
+                    decoder_peak_mib=decoder_peak / _MIB,
                 )
             )
-            logger.info("pass %d: %s", epoch, results[-1])
+            logger.info("%s pass %d: %s", threads, epoch + 1, results[-1])
+    return results
+
+
+def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
+    """Both modes in child processes started together, default malloc settings (and the
+    diagnostic child when asked)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)
+    ensure_synthetic_dataset(DEMO_SPEC)  # written once, before the children race for it
+    runs: dict[str, tuple[ThreadMode, dict[str, str]]] = {mode: (mode, env) for mode in _MODES}
+    if args.fixed_mmap_threshold:
+        runs[_FIXED] = ("kept", {**env, **_FIXED_ENV})
+    children = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.rss",
+                "--child",
+                mode,
+                "--passes",
+                str(args.passes),
+                "--episodes",
+                str(args.episodes),
+                "--budget",
+                args.budget,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_env,
+        )
+        for name, (mode, child_env) in runs.items()
+    }
+    results = {}
+    try:
+        for mode, child in children.items():
+            out, _ = child.communicate(timeout=_CHILD_TIMEOUT_S)
+            if child.returncode != 0:
+                raise RuntimeError(f"{mode} child exited with {child.returncode}")
+            results[mode] = [RssPass(**p) for p in json.loads(out.strip().splitlines()[-1])]
+    finally:
+        for child in children.values():  # interrupted or failed: no child outlives the run
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--passes", type=int, default=4)
-    parser.add_argument("--episodes", type=int, default=12)
+    parser.add_argument("--passes", type=int, default=50)
+    parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--budget", default="64MiB")
+    parser.add_argument("--fixed-mmap-threshold", action="store_true")
+    parser.add_argument("--child", choices=_MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     parse_bytes(args.budget)
-    passes = measure_rss_passes(passes=args.passes, episodes=args.episodes, budget=args.budget)
-    print(
-        "| pass | samples | s | RSS before MiB | RSS peak MiB | RSS after MiB | cache peak MiB "
-        "| decoders peak MiB |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for p in passes:
-        print(
-            f"| {p.epoch} | {p.samples} | {p.seconds:.1f} | {p.rss_before_mib:.0f} | "
-            f"{p.rss_peak_mib:.0f} | {p.rss_after_mib:.0f} | {p.cache_peak_mib:.1f} | "
-            f"{p.decoder_peak_mib:.1f} |"
+    if args.passes < 2:
+        parser.error("--passes must be at least 2 (the report divides by pass 2)")
+    if args.child:
+        passes = measure_rss_passes(
+            passes=args.passes, episodes=args.episodes, budget=args.budget, threads=args.child
         )
-    first, last = passes[0], passes[-1]
-    print(f"\nlast/first pass peak RSS: {last.rss_peak_mib / first.rss_peak_mib:.3f}")
-    print(json.dumps([asdict(p) for p in passes]))
+        print(json.dumps([asdict(p) for p in passes]))
+        return
+    results = _run_children(args)
+    shown = [n for n in _SHOWN if n < args.passes] + [args.passes]
+    print(
+        f"RSS after pass n (MiB), {results['kept'][0].samples} samples per pass, default "
+        f"malloc settings (no MALLOC_ARENA_MAX)"
+        + ("" if _FIXED not in results else f"; {_FIXED} alone sets MALLOC_MMAP_THRESHOLD_=131072")
+        + "\n"
+    )
+    print("| threads | " + " | ".join(str(n) for n in shown) + f" | RSS({args.passes})/RSS(2) |")
+    print("|---|" + "---:|" * (len(shown) + 1))
+    for mode in results:
+        rss = [p.rss_after_mib for p in results[mode]]
+        cells = " | ".join(f"{rss[n - 1]:.1f}" for n in shown)
+        print(f"| {mode} | {cells} | {rss[-1] / rss[1]:.4f} |")
+    for mode in results:
+        counts = sorted({p.threads for p in results[mode]})
+        print(f"{mode}: live threads after each pass: {counts}")
+    cpu = {
+        mode: statistics.median(p.cpu_ms_per_sample for p in passes[1:])
+        for mode, passes in results.items()
+    }
+    print(
+        "CPU ms per sample, median of passes 2..n: "
+        + ", ".join(f"{mode} {ms:.2f} ({ms / cpu['kept']:.3f}x kept)" for mode, ms in cpu.items())
+    )
+    for mode, passes in results.items():
+        first, last = passes[1], passes[-1]
+        if first.heap_in_use_mib is not None and last.heap_in_use_mib is not None:
+            assert first.heap_free_mib is not None and last.heap_free_mib is not None
+            print(
+                f"{mode}: malloc heap from pass 2 to {args.passes}: in use "
+                f"{last.heap_in_use_mib - first.heap_in_use_mib:+.1f} MiB, free inside the "
+                f"heaps {last.heap_free_mib - first.heap_free_mib:+.1f} MiB"
+            )
+    kept = [p.rss_after_mib for p in results["kept"]]
+    fresh = [p.rss_after_mib for p in results["per-pass"]]
+    print(
+        f"growth from pass 2 to {args.passes}: kept {kept[-1] - kept[1]:+.1f} MiB, "
+        f"per-pass {fresh[-1] - fresh[1]:+.1f} MiB"
+    )
+    print(
+        json.dumps(
+            {mode: [round(p.rss_after_mib, 2) for p in passes] for mode, passes in results.items()}
+        )
+    )
 
 
 if __name__ == "__main__":

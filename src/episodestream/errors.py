@@ -10,6 +10,7 @@
     │   ├── StaleSourceError         a source file changed under us
     │   ├── StorageTimeout           (also TimeoutError)
     │   ├── ProxyError               a proxy from HTTPS_PROXY etc. refused or unreachable
+    │   ├── PublishError             a write (a published sidecar) refused: no access, conflict
     │   └── LocationError            a root or path we cannot (or must not) resolve
     ├── Mp4FormatError               malformed ISO-BMFF, names box path and offset
     ├── UnsupportedMp4Error          valid MP4 using a feature we do not handle
@@ -45,6 +46,7 @@ __all__ = [
     "Mp4FormatError",
     "NotFound",
     "ProxyError",
+    "PublishError",
     "RangeNotSupported",
     "SamplingError",
     "ServingError",
@@ -87,6 +89,12 @@ class ProxyError(StorageError):
     """The proxy named by an environment variable (``HTTPS_PROXY``, ``HTTP_PROXY``,
     ``ALL_PROXY``) refused the request, cannot be reached or is of a kind not supported; the
     message names the variable and the proxy (never its credentials)."""
+
+
+class PublishError(StorageError):
+    """Writing a file for others (``episodestream index --publish``) failed: the destination
+    refused it (no write access: the Hub's 401/403 and its message), moved on meanwhile, or
+    cannot be written. The message names the destination and where the local copy is."""
 
 
 class LocationError(StorageError, ValueError):

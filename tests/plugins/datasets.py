@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from episodestream.demo import SyntheticSpec
+from episodestream.synthetic import SyntheticSpec
 
 # 48 episodes of 3-6 frames, 12 per video file: first pool draws of a 32-episode pool
 SYNTHETIC_MANY_SPEC = SyntheticSpec(

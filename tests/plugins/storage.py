@@ -6,6 +6,7 @@ different address (127.0.0.2) so "another host" is literally another host.
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import email.utils
@@ -15,9 +16,12 @@ import hmac
 import io
 import json
 import math
+import os
 import re
+import shutil
 import socket
 import struct
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -33,6 +37,8 @@ MAX_STALL_SECONDS = 5.0
 # a stall released by a test's event: long enough that a loaded machine never ends it first
 MAX_RELEASE_WAIT_SECONDS = 30.0
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# a POST body larger than this is cut (the stand-ins take small commits only)
+MAX_POST_BYTES = 64 << 20
 
 
 @dataclass
@@ -46,6 +52,7 @@ class RecordedRequest:
     fault: str | None = None
     method: str = "GET"
     raw_path: str = ""  # the path as sent, still percent-encoded
+    body: bytes = b""  # a POST's body
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers.items():
@@ -237,6 +244,23 @@ def _send_json(
         handler.wfile.write(body)
 
 
+def _xet_hash(data: bytes) -> str:
+    """The Xet hash of ``data``, computed by hf_xet itself (as the Hub's CAS names files)."""
+    from hf_xet import hash_files
+
+    with tempfile.TemporaryDirectory(prefix="hub-standin-hash-") as folder:
+        path = os.path.join(folder, "file")
+        with open(path, "wb") as handle:
+            handle.write(data)
+        return str(hash_files([path])[0].hash)
+
+
+def _iso_time(seconds: float) -> str:
+    """A time as the Hub's API writes it: ISO 8601, milliseconds, UTC ``Z``."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{whole}.{int(seconds * 1000) % 1000:03d}Z"
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients reset connections on purpose (an abandoned body); not worth a traceback.
@@ -277,6 +301,24 @@ class _LoopbackServer:
                     dict(self.headers.items()),
                     method=self.command,
                     raw_path=parts.path,
+                )
+                with lock:
+                    log.append(record)
+                try:
+                    app(self, record)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    self.close_connection = True
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                parts = urllib.parse.urlsplit(self.path)
+                record = RecordedRequest(
+                    urllib.parse.unquote(parts.path),
+                    parts.query,
+                    dict(self.headers.items()),
+                    method="POST",
+                    raw_path=parts.path,
+                    body=self.rfile.read(min(length, MAX_POST_BYTES)),
                 )
                 with lock:
                     log.append(record)
@@ -438,7 +480,7 @@ class _HeaderAdder:
 class HubStandIn:
     """A local Hugging Face Hub: API + ``resolve`` on 127.0.0.1, Xet-like CDN hosts on
     127.0.0.2, 127.0.0.3, … — as unkind as the real service, and checked against
-    huggingface_hub's own client (tests/test_storage_hub_standin.py).
+    huggingface_hub's own client (tests/integration/test_storage_hub_standin.py).
 
     - Hub requests need ``Authorization: Bearer <token>`` (401 with ``X-Error-Message``
       otherwise), except for repos in ``public``. Repos in ``gated`` answer ``resolve`` with 403,
@@ -456,6 +498,27 @@ class HubStandIn:
     - ``/api/datasets/{repo}/revision/{rev}`` gives the commit sha; ``/api/datasets/{repo}/tree/
       {rev}/{path}?recursive=true`` and ``/api/buckets/{id}/tree/{path}`` list files,
       ``page_size`` entries per page with a ``Link: <…>; rel="next"`` header.
+    - Writes, as huggingface_hub's ``create_commit`` makes them: ``POST /api/datasets/{repo}/
+      preupload/{rev}`` (each file's upload mode: ``regular`` up to ``inline_max_bytes``, and
+      the ``oid`` of the file there now) and ``POST /api/datasets/{repo}/commit/{rev}`` (NDJSON:
+      a header line, then ``file`` lines with base64 content); ``?create_pr=1`` makes the commit
+      on a new ``refs/pr/N`` instead of the branch. A header's ``parentCommit`` that is not the
+      branch's head is refused with 412. Only ``token`` may commit to a branch; tokens in
+      ``contributor_tokens`` may read and open pull requests (403 on a branch, as for a user
+      who is not a member of the repo's organization); tokens in ``read_tokens`` may only read
+      (403 on every write, with ``X-Error-Message``).
+    - Bucket reads, as huggingface_hub's bucket client makes them: ``GET /api/buckets/{id}``
+      (``BucketInfo``), ``/api/buckets/{id}/tree[/{prefix}]`` (``BucketFile`` entries: ``path``,
+      ``size``, ``xetHash`` — the real Xet hash, computed by hf_xet — ``mtime``,
+      ``uploadedAt``; recursive listings match the prefix as a string, as the Hub does),
+      ``POST /api/buckets/{id}/paths-info``, ``HEAD /buckets/{id}/resolve/{path}`` (no
+      ``X-Linked-Etag``: a bucket file has no git or LFS id) and ``GET /api/buckets/{id}/
+      xet-read-token`` (a ``local://`` Xet store holding the bucket's files, so
+      ``download_bucket_files`` downloads through the real Xet client).
+    - Bucket writes, as huggingface_hub's ``batch_bucket_files`` makes them: ``GET /api/buckets/
+      {id}/xet-write-token`` gives a Xet CAS (hf_xet's own ``local://`` store, so the real Xet
+      client uploads the bytes) and ``POST /api/buckets/{id}/batch`` adds the uploaded files by
+      Xet hash; only ``token`` may write (403 otherwise).
     """
 
     inline_suffixes = (".json", ".jsonl", ".md", ".txt")
@@ -475,6 +538,8 @@ class HubStandIn:
         self.range_bound = range_bound
         self.public: set[str] = set()
         self.gated: set[str] = set()
+        self.read_tokens: set[str] = set()
+        self.contributor_tokens: set[str] = set()
         self._clock_offset = 0.0
         self._key = b"standin-signing-key"
         self._lock = threading.Lock()
@@ -482,11 +547,15 @@ class HubStandIn:
         self._commits: dict[str, dict[str, str]] = {}  # sha -> path -> blob id
         self._refs: dict[tuple[str, str], str] = {}  # (repo, branch/tag) -> sha
         self._repo_of_commit: dict[str, str] = {}
-        self._buckets: dict[str, dict[str, str]] = {}
+        self._buckets: dict[str, dict[str, str]] = {}  # bucket -> path -> Xet hash
+        self._bucket_times: dict[tuple[str, str], float] = {}  # (bucket, path) -> upload time
         self._next_cdn = 0
         self._cdn_faults: collections.deque[Fault] = collections.deque()
         self._quota: tuple[str, int, float] | None = None  # (name, requests, window seconds)
         self._window: tuple[float, int] = (0.0, 0)  # (start, requests counted)
+        self.write_commits: list[tuple[str, str, str]] = []  # (repo, ref, sha) made by POSTs
+        self.bucket_writes: list[tuple[str, str]] = []  # (bucket, path) added by batch POSTs
+        self._xet_dir = tempfile.mkdtemp(prefix="hub-standin-xet-")
         self.hub_requests: list[RecordedRequest] = []
         self.cdn_requests: list[RecordedRequest] = []
         self._hub = _LoopbackServer("127.0.0.1", self._handle_hub, self.hub_requests, self._lock)
@@ -523,8 +592,14 @@ class HubStandIn:
             return sha
 
     def put_bucket_file(self, bucket_id: str, path: str, data: bytes) -> None:
+        """Store ``data`` at ``path`` in the bucket, named by its real Xet hash (what the Hub
+        lists as ``xetHash`` and sends as ``X-Xet-Hash``), stamped with the upload time."""
+        xet_hash = _xet_hash(data)
+        stamp = time.time()
         with self._lock:
-            self._buckets.setdefault(bucket_id, {})[path] = self._blob(data)
+            self._blobs[xet_hash] = data
+            self._buckets.setdefault(bucket_id, {})[path] = xet_hash
+            self._bucket_times[(bucket_id, path)] = stamp
 
     def expire_signatures(self) -> None:
         """Move the CDN's clock past every signature issued so far."""
@@ -608,7 +683,8 @@ class HubStandIn:
         match = re.match(r"^/(?:api/)?(datasets|buckets)/([^/]+/[^/]+)/", path)
         repo = match.group(2) if match else ""
         authorization = record.header("Authorization")
-        if authorization != f"Bearer {self.token}" and not (
+        known = {self.token, *self.read_tokens, *self.contributor_tokens}
+        if authorization not in {f"Bearer {t}" for t in known} and not (
             repo in self.public and authorization is None
         ):
             message = (
@@ -617,6 +693,17 @@ class HubStandIn:
                 else "Invalid username or password."
             )
             _send_json(handler, 401, {"error": message}, record, {"X-Error-Message": message})
+            return
+        if record.method == "POST":
+            self._handle_write(handler, record, path, query, authorization)
+            return
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/xet-write-token/?$", path)
+        if match:
+            self._xet_write_token(handler, record, match.group(1), authorization)
+            return
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/xet-read-token/?$", path)
+        if match:
+            self._xet_read_token(handler, record, match.group(1))
             return
         match = re.match(r"^/api/datasets/([^/]+/[^/]+)/revision/(.+)$", path)
         if match:
@@ -641,8 +728,12 @@ class HubStandIn:
             return
         match = re.match(r"^/api/buckets/([^/]+/[^/]+)/tree/?(.*)$", path)
         if match:
-            folder = urllib.parse.unquote(match.group(2))
-            self._list(handler, record, self._buckets.get(match.group(1)), folder, query)
+            prefix = urllib.parse.unquote(match.group(2))
+            self._list_bucket(handler, record, match.group(1), prefix, query)
+            return
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/?$", path)
+        if match:
+            self._bucket_info(handler, record, match.group(1))
             return
         match = re.match(r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if match:
@@ -662,6 +753,235 @@ class HubStandIn:
             self._resolve(handler, record, file, blob, None)
             return
         _send_json(handler, 404, {"error": "Not found"}, record)
+
+    # -- writes (huggingface_hub's commit path)
+
+    def _handle_write(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        path: str,
+        query: dict[str, list[str]],
+        authorization: str | None,
+    ) -> None:
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/batch$", path)
+        if match:
+            self._bucket_batch(handler, record, match.group(1), authorization)
+            return
+        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/paths-info$", path)
+        if match:  # a read, though a POST
+            self._bucket_paths_info(handler, record, match.group(1))
+            return
+        match = re.match(r"^/api/datasets/([^/]+/[^/]+)/(preupload|commit)/([^/]+)$", path)
+        if match is None:
+            _send_json(handler, 404, {"error": "Not found"}, record)
+            return
+        repo_id, action, revision = match.group(1), match.group(2), match.group(3)
+        revision = urllib.parse.unquote(revision)
+        create_pr = query.get("create_pr", ["0"])[0] in ("1", "true")
+        may_write = authorization == f"Bearer {self.token}"
+        may_open_pr = may_write or authorization in {f"Bearer {t}" for t in self.contributor_tokens}
+        if not (may_open_pr if create_pr else may_write):
+            message = f"You don't have the rights to create a commit on dataset {repo_id}"
+            if authorization in {f"Bearer {t}" for t in self.read_tokens}:
+                message += " (this token has the read role only)"
+            _send_json(handler, 403, {"error": message}, record, {"X-Error-Message": message})
+            return
+        head = self._lookup(repo_id, revision)
+        if head is None:
+            message = f"Invalid rev id: {revision}"
+            _send_json(
+                handler, 404, {"error": message}, record, {"X-Error-Code": "RevisionNotFound"}
+            )
+            return
+        if action == "preupload":
+            self._preupload(handler, record, head)
+        else:
+            self._commit_ndjson(handler, record, repo_id, revision, head, create_pr)
+
+    def _refuse_bucket_write(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        bucket_id: str,
+        authorization: str | None,
+    ) -> bool:
+        if authorization == f"Bearer {self.token}":
+            return False
+        message = f"You don't have the rights to write to bucket {bucket_id}"
+        _send_json(handler, 403, {"error": message}, record, {"X-Error-Message": message})
+        return True
+
+    def _xet_write_token(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        bucket_id: str,
+        authorization: str | None,
+    ) -> None:
+        """A Xet write token whose CAS is hf_xet's own local store (``local://``): uploads
+        go through the real Xet client, and the stand-in reads files back with it."""
+        if self._refuse_bucket_write(handler, record, bucket_id, authorization):
+            return
+        answer = {
+            "casUrl": f"local://{self._xet_dir}",
+            "accessToken": "xet-standin-write",
+            "exp": int(time.time()) + 3600,
+        }
+        _send_json(handler, 200, answer, record)
+
+    def _xet_read_token(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, bucket_id: str
+    ) -> None:
+        """A Xet read token whose CAS is a fresh hf_xet ``local://`` store holding the
+        bucket's files as they are now, uploaded by the real Xet client (so downloads by
+        ``xetHash`` go through hf_xet's own reconstruction)."""
+        from hf_xet import XetSession
+
+        with self._lock:
+            files = self._buckets.get(bucket_id)
+            blobs = [self._blobs[h] for h in (files or {}).values()]
+        if files is None:
+            _send_json(handler, 404, {"error": "Bucket not found"}, record)
+            return
+        store = tempfile.mkdtemp(prefix="hub-standin-xet-read-", dir=self._xet_dir)
+        writer = tempfile.mkdtemp(prefix="hub-standin-xet-upload-", dir=self._xet_dir)
+        expiry = int(time.time()) + 3600
+        with XetSession().new_upload_commit(
+            endpoint=f"local://{writer}", token="xet-standin", token_expiry_unix_secs=expiry
+        ) as commit:
+            handles = [commit.start_upload_bytes(data) for data in blobs if data]
+        for handle in handles:
+            handle.result()
+        # the uploader keeps its store's database locked: the reader gets a copy
+        shutil.copytree(writer, store, dirs_exist_ok=True)
+        answer = {"casUrl": f"local://{store}", "accessToken": "xet-standin-read", "exp": expiry}
+        _send_json(handler, 200, answer, record)
+
+    def _bucket_batch(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        bucket_id: str,
+        authorization: str | None,
+    ) -> None:
+        """``POST /api/buckets/{id}/batch`` (NDJSON ``addFile`` / ``deleteFile`` lines): an
+        added file's bytes are fetched from the Xet store by its hash, then served."""
+        if self._refuse_bucket_write(handler, record, bucket_id, authorization):
+            return
+        from hf_xet import XetFileInfo, XetSession
+
+        # the uploader's Xet client keeps its local store's database locked: read a snapshot
+        snapshot = tempfile.mkdtemp(prefix="hub-standin-xet-read-")
+        try:
+            shutil.copytree(self._xet_dir, snapshot, dirs_exist_ok=True)
+            failed = self._apply_batch(bucket_id, record.body, snapshot, XetSession, XetFileInfo)
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+        _send_json(handler, 200, {"failed": failed}, record)
+
+    def _apply_batch(
+        self, bucket_id: str, body: bytes, store: str, session_type: Any, file_info: Any
+    ) -> list[dict[str, Any]]:
+        failed: list[dict[str, Any]] = []
+        for line in body.splitlines():
+            if not line.strip():
+                continue
+            operation = json.loads(line)
+            if operation["type"] == "deleteFile":
+                with self._lock:
+                    self._buckets.get(bucket_id, {}).pop(operation["path"], None)
+                continue
+            if operation["type"] != "addFile":
+                failed.append({"path": operation.get("path"), "error": "not modelled"})
+                continue
+            target = os.path.join(store, "materialized", operation["xetHash"])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with session_type().new_file_download_group(
+                endpoint=f"local://{store}",
+                token="xet-standin-read",
+                token_expiry_unix_secs=int(time.time()) + 3600,
+                token_refresh_url=f"{self.endpoint}/api/buckets/{bucket_id}/xet-read-token",
+                token_refresh_headers={},
+                custom_headers={},
+                progress_callback=None,
+            ) as group:
+                group.start_download_file(file_info(operation["xetHash"], None), target)
+            with open(target, "rb") as handle:
+                self.put_bucket_file(bucket_id, operation["path"], handle.read())
+            with self._lock:
+                self.bucket_writes.append((bucket_id, operation["path"]))
+        return failed
+
+    def _preupload(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, head: str
+    ) -> None:
+        files = json.loads(record.body)["files"]
+        answer = []
+        with self._lock:
+            tree = self._commits[head]
+            for item in files:
+                blob = tree.get(item["path"])
+                oid = None
+                if blob is not None:  # git's blob id of the file there now
+                    data = self._blobs[blob]
+                    oid = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+                mode = "regular" if item["size"] <= self.inline_max_bytes else "lfs"
+                answer.append(
+                    {"path": item["path"], "uploadMode": mode, "shouldIgnore": False, "oid": oid}
+                )
+        _send_json(handler, 200, {"files": answer}, record)
+
+    def _commit_ndjson(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        repo_id: str,
+        revision: str,
+        head: str,
+        create_pr: bool,
+    ) -> None:
+        lines = [json.loads(line) for line in record.body.splitlines() if line.strip()]
+        if not lines or lines[0].get("key") != "header":
+            _send_json(handler, 400, {"error": "the first line must be the header"}, record)
+            return
+        parent = lines[0]["value"].get("parentCommit")
+        if parent is not None and parent != head and not create_pr:
+            message = "A commit has happened since. Please refresh and try again."
+            _send_json(handler, 412, {"error": message}, record, {"X-Error-Message": message})
+            return
+        base = parent if (create_pr and parent is not None) else head
+        with self._lock:
+            tree = dict(self._commits.get(base, {}))
+            for line in lines[1:]:
+                if line.get("key") != "file" or line["value"].get("encoding") != "base64":
+                    message = f"the stand-in takes base64 'file' lines only, not {line.get('key')}"
+                    _send_json(handler, 400, {"error": message}, record)
+                    return
+                value = line["value"]
+                tree[value["path"]] = self._blob(base64.b64decode(value["content"]))
+            if create_pr:
+                number = 1 + sum(
+                    1 for repo, ref in self._refs if repo == repo_id and ref.startswith("refs/pr/")
+                )
+                ref = f"refs/pr/{number}"
+            else:
+                ref = revision
+            sha = hashlib.sha1(
+                json.dumps([repo_id, ref, sorted(tree.items()), len(self._commits)]).encode()
+            ).hexdigest()
+            self._commits[sha] = tree
+            self._repo_of_commit[sha] = repo_id
+            self._refs[(repo_id, ref)] = sha
+            self.write_commits.append((repo_id, ref, sha))
+        answer: dict[str, Any] = {
+            "commitUrl": f"{self.endpoint}/datasets/{repo_id}/commit/{sha}",
+            "commitOid": sha,
+            "pullRequestUrl": (
+                f"{self.endpoint}/datasets/{repo_id}/discussions/{number}" if create_pr else None
+            ),
+        }
+        _send_json(handler, 200, answer, record)
 
     def _refuse_gated(
         self, handler: BaseHTTPRequestHandler, record: RecordedRequest, repo_id: str
@@ -707,16 +1027,22 @@ class HubStandIn:
                 handler, _File(data, f'"{git_oid}"', None), None, record, extra_headers=commit
             )
             return
-        refresh = record.path.split("/resolve/")[0] + f"/xet-read-token/{sha or 'bucket'}"
+        owner = record.path.split("/resolve/")[0]
         headers = {
             "Location": self._signed_url(blob, handler.headers.get("Range") or ""),
             "Content-Length": "0",
             "X-Linked-Size": str(len(data)),
-            "X-Linked-Etag": f'"{blob}"',
             "X-Xet-Hash": blob,
-            "X-Xet-Refresh-Route": "/api" + refresh,
             **commit,
         }
+        # the refresh route is absolute: huggingface_hub hands it to hf_xet as it is
+        if sha:  # a repo file: the LFS object's id, and a read token for that commit
+            headers["X-Linked-Etag"] = f'"{blob}"'
+            headers["X-Xet-Refresh-Route"] = f"{self.endpoint}/api{owner}/xet-read-token/{sha}"
+        else:
+            # a bucket file: no git or LFS id, so no X-Linked-Etag (huggingface_hub's bucket
+            # client reads only size, Xet hash and the bucket's read-token route)
+            headers["X-Xet-Refresh-Route"] = f"{self.endpoint}/api{owner}/xet-read-token"
         _send_head(handler, 302, headers, record)
 
     def _list(
@@ -751,18 +1077,140 @@ class HubStandIn:
             return
         entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in folders]
         entries.sort(key=lambda e: e["path"])
+        self._send_page(handler, record, entries, query, {"recursive": recursive})
+
+    def _bucket_entry(self, bucket_id: str, path: str, xet_hash: str) -> dict[str, Any]:
+        """A file as the Hub's bucket API describes it (``BucketFile``'s fields)."""
+        stamp = _iso_time(self._bucket_times[(bucket_id, path)])
+        return {
+            "type": "file",
+            "path": path,
+            "size": len(self._blobs[xet_hash]),
+            "xetHash": xet_hash,
+            "mtime": stamp,
+            "uploadedAt": stamp,
+        }
+
+    def _list_bucket(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        bucket_id: str,
+        prefix: str,
+        query: dict[str, list[str]],
+    ) -> None:
+        """``GET /api/buckets/{id}/tree[/{prefix}]``: recursive, every file whose path starts
+        with ``prefix`` as a string (``sub`` also lists ``submarine.txt``, which
+        huggingface_hub's own sync filters out), with the folders above them; otherwise the
+        entries directly in folder ``prefix``. A prefix matching nothing is an empty list."""
+        with self._lock:
+            known = bucket_id in self._buckets
+        if not known:
+            _send_json(handler, 404, {"error": "Bucket not found"}, record)
+            return
+        with self._lock:
+            files = dict(self._buckets[bucket_id])
+            recursive = query.get("recursive", ["false"])[0] in ("true", "True", "1")
+            folder = prefix.strip("/")
+            entries: list[dict[str, Any]] = []
+            folders: set[str] = set()
+            for path, xet_hash in sorted(files.items()):
+                if recursive:
+                    if not path.startswith(prefix):
+                        continue
+                    parts = path.split("/")
+                    folders.update(
+                        f
+                        for depth in range(1, len(parts))
+                        if (f := "/".join(parts[:depth])).startswith(prefix)
+                    )
+                    entries.append(self._bucket_entry(bucket_id, path, xet_hash))
+                    continue
+                inside = folder + "/" if folder else ""
+                if not path.startswith(inside):
+                    continue
+                rest = path[len(inside) :].split("/")
+                if len(rest) == 1:
+                    entries.append(self._bucket_entry(bucket_id, path, xet_hash))
+                else:
+                    folders.add(inside + rest[0])
+            uploaded = {
+                f: _iso_time(
+                    max(
+                        t
+                        for (b, p), t in self._bucket_times.items()
+                        if b == bucket_id and p.startswith(f + "/")
+                    )
+                )
+                for f in folders
+            }
+        entries += [{"type": "directory", "path": f, "uploadedAt": uploaded[f]} for f in folders]
+        entries.sort(key=lambda e: e["path"])
+        self._send_page(handler, record, entries, query, {"recursive": recursive})
+
+    def _send_page(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        entries: list[dict[str, Any]],
+        query: dict[str, list[str]],
+        params: dict[str, Any],
+    ) -> None:
+        """One page of ``entries`` at ``?cursor=``, with the Hub's ``Link: rel="next"``."""
         cursor = int(query.get("cursor", ["0"])[0])
         page = entries[cursor : cursor + self.page_size]
         headers = {}
         if cursor + self.page_size < len(entries):
-            params = {
-                "recursive": "true" if recursive else "false",
+            following = {
+                **{k: ("true" if v else "false") for k, v in params.items()},
                 "cursor": cursor + self.page_size,
             }
             # absolute, as the Hub writes it (huggingface_hub requests it as it is)
-            url = f"{self.endpoint}{record.raw_path}?{urllib.parse.urlencode(params)}"
+            url = f"{self.endpoint}{record.raw_path}?{urllib.parse.urlencode(following)}"
             headers["Link"] = f'<{url}>; rel="next"'
         _send_json(handler, 200, page, record, headers, chunked=True)
+
+    def _bucket_paths_info(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, bucket_id: str
+    ) -> None:
+        """``POST /api/buckets/{id}/paths-info`` (``{"paths": [...]}``): the files among
+        ``paths``; a missing path is left out, not an error."""
+        try:
+            paths = json.loads(record.body)["paths"]
+        except (ValueError, KeyError, TypeError):
+            _send_json(handler, 400, {"error": 'expected {"paths": [...]}'}, record)
+            return
+        with self._lock:
+            files = self._buckets.get(bucket_id)
+            answer = (
+                [self._bucket_entry(bucket_id, p, files[p]) for p in paths if p in files]
+                if files is not None
+                else None
+            )
+        if answer is None:
+            _send_json(handler, 404, {"error": "Bucket not found"}, record)
+            return
+        _send_json(handler, 200, answer, record)
+
+    def _bucket_info(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, bucket_id: str
+    ) -> None:
+        """``GET /api/buckets/{id}``: ``BucketInfo``'s fields."""
+        with self._lock:
+            files = self._buckets.get(bucket_id)
+        if files is None:
+            _send_json(handler, 404, {"error": "Bucket not found"}, record)
+            return
+        with self._lock:
+            times = [t for (b, _), t in self._bucket_times.items() if b == bucket_id]
+            answer = {
+                "id": bucket_id,
+                "private": bucket_id not in self.public,
+                "createdAt": _iso_time(min(times, default=time.time())),
+                "size": sum(len(self._blobs[h]) for h in files.values()),
+                "totalFiles": len(files),
+            }
+        _send_json(handler, 200, answer, record)
 
     # -- cdn hosts
 
@@ -814,6 +1262,7 @@ class HubStandIn:
         self._hub.close()
         for cdn in self._cdns:
             cdn.close()
+        shutil.rmtree(self._xet_dir, ignore_errors=True)
 
 
 @dataclass

@@ -6,9 +6,11 @@ import json
 import logging
 import os
 import platform
+import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,10 @@ import torch
 
 from episodestream.bench._access import AccessLog
 from episodestream.bench._config import AUTO_TARGET_SHARE, BenchConfig
+from episodestream.bench._floor import run_floor
+from episodestream.bench._lerobot_track import LeRobotTrackError, lerobot_version, run_lerobot
 from episodestream.bench._measure import peak_rss_bytes, rss_bytes
+from episodestream.bench._scaling import run_scaling
 from episodestream.bench._sequence import BenchDataset, open_bench_dataset, randomness
 from episodestream.bench._tracks import (
     check_local_copy,
@@ -54,7 +59,8 @@ class BenchReport:
     Sections: ``host`` (hostname, shard, versions), ``config``, ``dataset``, ``sequence``,
     ``tracks`` (stream / local / naive / download: samples, seconds, samples/s, steady
     samples/s, time to first sample, memory), ``fetch``, ``http``, ``decode``, ``randomness``,
-    ``keepup``, ``memory``, ``ratios`` (STREAM over the others and byte/request ratios),
+    ``keepup``, ``memory``, ``ratios`` (STREAM over the others, CPU per sample over FLOOR's,
+    byte/request ratios), ``scaling`` (the DataLoader-worker rows, when asked for),
     ``targets`` (the streaming targets, each with value, target and whether it is met), ``timeline``
     (STREAM's time series), ``notes`` (what was skipped and why).
     """
@@ -75,6 +81,7 @@ class BenchReport:
     timeline: list[dict[str, Any]]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    scaling: dict[str, Any] = field(default_factory=dict)
     version: int = REPORT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,18 +149,19 @@ def _dataset_summary(ds: BenchDataset) -> dict[str, Any]:
     }
 
 
-def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The round with the highest steady samples/s, with every round's rates attached."""
-    best = dict(max(rounds, key=lambda r: r["steady_samples_per_s"]))
-    best["rounds"] = [
-        {
-            "samples_per_s": r["samples_per_s"],
-            "steady_samples_per_s": r["steady_samples_per_s"],
-            "cpu_ms_per_sample": r.get("cpu_ms_per_sample"),
-        }
-        for r in rounds
-    ]
-    return best
+_ROUND_FIGURES = ("samples_per_s", "steady_samples_per_s", "cpu_ms_per_sample")
+
+
+def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median round (by steady samples/s; the lower one of an even count), its rate and
+    CPU figures replaced by each one's median over the rounds, every round's attached."""
+    ordered = sorted(rounds, key=lambda r: r["steady_samples_per_s"])
+    middle = dict(ordered[(len(ordered) - 1) // 2])
+    for name in _ROUND_FIGURES:
+        values = [r[name] for r in rounds if r.get(name) is not None]
+        middle[name] = float(np.median(values)) if values else None
+    middle["rounds"] = [{name: r.get(name) for name in _ROUND_FIGURES} for r in rounds]
+    return middle
 
 
 def _paired_median(stream: dict[str, Any], local: dict[str, Any] | None) -> float | None:
@@ -170,6 +178,56 @@ def _paired_median(stream: dict[str, Any], local: dict[str, Any] | None) -> floa
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
+
+
+def _cpu_ratios(tracks: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """CPU per sample over FLOOR's (what each pipeline costs beyond decoding) and STREAM over
+    LeRobot's; only for the tracks that ran."""
+    ratios: dict[str, float | None] = {}
+
+    def cpu(name: str) -> float | None:
+        return tracks.get(name, {}).get("cpu_ms_per_sample")
+
+    if "floor" in tracks:
+        for name in ("stream", "local", "lerobot"):
+            if name in tracks:
+                ratios[f"{name}_cpu_over_floor"] = _ratio(cpu(name), cpu("floor"))
+    if "lerobot" in tracks:
+        ratios["stream_cpu_over_lerobot"] = _ratio(cpu("stream"), cpu("lerobot"))
+        ratios["stream_over_lerobot"] = _ratio(
+            tracks["stream"]["samples_per_s"], tracks["lerobot"]["samples_per_s"]
+        )
+    return ratios
+
+
+def _file_track_runners(
+    config: BenchConfig, ds: BenchDataset, complete_root: Path | None, notes: list[str]
+) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The LEROBOT runner where it can run, else a note saying why it does not."""
+    if "lerobot" not in config.tracks:
+        return {}
+    version = lerobot_version()
+    if version is None:
+        notes.append(
+            "LEROBOT skipped: lerobot does not import in this interpreter (run bench with "
+            ".venv-lerobot/bin/python)"
+        )
+        return {}
+    if complete_root is None:
+        notes.append(
+            "LEROBOT skipped: it needs a complete local copy (a local root or --local-root)"
+        )
+        return {}
+    n = len(ds.sequence)
+    runners: dict[str, Callable[[], dict[str, Any]]] = {
+        "lerobot": lambda: run_lerobot(config, ds, n, complete_root)
+    }
+    if config.image_dtype == "uint8":
+        notes.append(
+            f"LEROBOT (lerobot {version}) returns uint8 where its LeRobotDataset takes "
+            "return_uint8, float32 otherwise (see its image_dtype)"
+        )
+    return runners
 
 
 def _pick_target(config: BenchConfig, tracks: dict[str, dict[str, Any]]) -> tuple[float, str]:
@@ -209,7 +267,7 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             local_reader.close()
     access = None
     if config.access_log:
-        if ds.location.kind == "http":
+        if ds.served_over_http:
             access = AccessLog(config.access_log, ds.location.url)
         else:
             notes.append("access log ignored: the root is not served over HTTP")
@@ -233,64 +291,90 @@ def _run_bench(config: BenchConfig) -> BenchReport:
 
     warm_up_s = warm_up(config, ds)
     tracks: dict[str, dict[str, Any]] = {}
-    fetch, fetched = run_fetch(config, ds, access)
+    logs = Path(tempfile.mkdtemp(prefix="episodestream-bench-logs-", dir=config.work_dir))
     try:
-        decode = run_decode(config, ds, fetched)
-    finally:
-        fetched.close()
-
-    touched = sequence.touched()
-    download: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory(prefix="episodestream-bench-", dir=config.work_dir) as tmp:
-        needs_copy = local_root is None and (
-            "local" in config.tracks or "download" in config.tracks
-        )
-        if "download" in config.tracks or needs_copy:
-            paths = ds.video_files_of(touched) + ds.data_files_of(touched)
-            download = download_files(config, ds, Path(tmp), paths)
-            if local_root is None:
-                local_root = Path(tmp)
-                notes.append("LOCAL decodes the files DOWNLOAD fetched (no --local-root)")
-        run_local = "local" in config.tracks or "download" in config.tracks
-        rows = None
-        if run_local:
-            assert local_root is not None
-            needed = ds.video_files_of(touched) + ds.data_files_of(touched)
-            check_local_copy(ds, local_root, needed)
-            rows = LocalRangeReader(local_root)
-        # STREAM and LOCAL alternate which goes first; each keeps its best round
-        streams: list[dict[str, Any]] = []
-        locals_: list[dict[str, Any]] = []
+        fetch, fetched = run_fetch(config, ds, access, logs / "fetch.jsonl")
         try:
-            for round_number in range(config.rounds):
-                order = ("stream", "local") if round_number % 2 == 0 else ("local", "stream")
-                for name in order:
-                    if name == "stream":
-                        streams.append(run_stream(config, ds, access))
-                    elif run_local:
-                        assert local_root is not None and rows is not None
-                        locals_.append(
-                            run_file_track(
-                                "local", config, ds, n, local_opener(config, local_root), rows
-                            )
-                        )
+            decode = run_decode(config, ds, fetched)
         finally:
-            if rows is not None:
-                rows.close()
-        stream = _best(streams)
+            fetched.close()
+
+        touched = sequence.touched()
+        download: dict[str, Any] | None = None
+        with tempfile.TemporaryDirectory(prefix="episodestream-bench-", dir=config.work_dir) as tmp:
+            file_tracks = {"local", "floor", "lerobot", "download"} & set(config.tracks)
+            # LeRobot loads every Parquet file of the copy: only a complete one will do
+            complete_root = local_root or (
+                Path(ds.location.path) if ds.location.kind == "local" else None
+            )
+            runners = _file_track_runners(config, ds, complete_root, notes)
+            needs_copy = local_root is None and bool(file_tracks - {"lerobot"})
+            if "download" in config.tracks or needs_copy:
+                paths = ds.video_files_of(touched) + ds.data_files_of(touched)
+                download = download_files(config, ds, Path(tmp), paths, logs / "download.jsonl")
+                if local_root is None:
+                    local_root = Path(tmp)
+                    notes.append(
+                        "LOCAL and FLOOR decode the files DOWNLOAD fetched (no --local-root)"
+                    )
+            run_local = "local" in config.tracks or "download" in config.tracks
+            rows = None
+            if local_root is not None and (run_local or "floor" in config.tracks):
+                needed = ds.video_files_of(touched) + ds.data_files_of(touched)
+                check_local_copy(ds, local_root, needed)
+            if run_local:
+                assert local_root is not None
+                rows = LocalRangeReader(local_root)
+                runners["local"] = lambda: run_file_track(
+                    "local", config, ds, n, local_opener(config, local_root), rows
+                )
+            if "floor" in config.tracks:
+                assert local_root is not None
+                floor_root = local_root
+                runners["floor"] = lambda: run_floor(config, ds, n, floor_root)
+            # every round runs each track once, the order rotated a step per round (shared
+            # machines drift: each track meets every position); each reports its median round
+            rounds: dict[str, list[dict[str, Any]]] = {"stream": []}
+            rounds.update({name: [] for name in runners})
+            order = list(rounds)
+            try:
+                for round_number in range(config.rounds):
+                    shift = round_number % len(order)
+                    for name in order[shift:] + order[:shift]:
+                        if name == "stream":
+                            rounds["stream"].append(
+                                run_stream(config, ds, access, logs / f"stream{round_number}.jsonl")
+                            )
+                        elif name in runners:
+                            try:
+                                rounds[name].append(runners[name]())
+                            except LeRobotTrackError as error:
+                                # LeRobot's own refusal is a finding, not a benchmark failure
+                                notes.append(f"LEROBOT stopped: {error}")
+                                del runners[name], rounds[name]
+            finally:
+                if rows is not None:
+                    rows.close()
+        stream = _median(rounds["stream"])
         tracks["stream"] = stream
-        if not all(s["sequence_matches"] for s in streams):
+        if not all(s["sequence_matches"] for s in rounds["stream"]):
             notes.append(
                 "STREAM's order differs from the computed sequence: ratios compare different "
                 "samples"
             )
         if config.rounds > 1:
             notes.append(
-                f"STREAM and LOCAL ran {config.rounds} alternating rounds; the tables show each "
-                "one's best (steady samples/s), the JSON every round"
+                f"{', '.join(name.upper() for name in rounds)} ran {config.rounds} interleaved "
+                "rounds (order rotated each round); the tables show each one's median round, the "
+                "JSON every round"
             )
+        for name in ("floor", "lerobot"):
+            if rounds.get(name):
+                tracks[name] = _median(rounds[name])
+        if "lerobot" in tracks and not tracks["lerobot"]["sequence_matches"]:
+            notes.append("LEROBOT returned other samples than the sequence's")
         if run_local:
-            local = _best(locals_)
+            local = _median(rounds["local"])
             if "local" in config.tracks:
                 tracks["local"] = local
             if download is not None and "download" in config.tracks:
@@ -312,15 +396,23 @@ def _run_bench(config: BenchConfig) -> BenchReport:
                 notes.append(
                     "DOWNLOAD's decode time is LOCAL's (the same decode of the same bytes)"
                 )
-    if "naive" in config.tracks:
-        count = min(config.naive_samples, n)
-        try:
-            tracks["naive"] = run_file_track(
-                "naive", config, ds, count, remote_opener(config, ds), None
-            )
-            notes.append(f"NAIVE decodes the first {count} samples (video only, no Parquet rows)")
-        except ImportError as error:  # fsspec's HTTP backend needs aiohttp
-            notes.append(f"NAIVE skipped: {error}")
+        if "naive" in config.tracks:
+            count = min(config.naive_samples, n)
+            try:
+                tracks["naive"] = run_file_track(
+                    "naive", config, ds, count, remote_opener(config, ds), None
+                )
+                notes.append(
+                    f"NAIVE decodes the first {count} samples (video only, no Parquet rows)"
+                )
+            except ImportError as error:  # fsspec's HTTP backend needs aiohttp
+                notes.append(f"NAIVE skipped: {error}")
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+
+    scaling: dict[str, Any] = {}
+    if config.num_workers:
+        scaling = run_scaling(config, ds)
 
     keepup: dict[str, Any] = {}
     if config.effective_keepup_samples > 0:
@@ -374,8 +466,9 @@ def _run_bench(config: BenchConfig) -> BenchReport:
         / config.byte_budget,
         "peak_cache_bytes_over_budget": stream["peak_cache_bytes"] / config.byte_budget,
     }
+    ratios.update(_cpu_ratios(tracks))
     # with several rounds, the median of each round's STREAM/LOCAL (adjacent runs share the
-    # machine's load) is steadier than best over best
+    # machine's load) is steadier than a ratio of the two tracks' separate medians
     paired = ratios["stream_over_local_steady_median_of_rounds"]
     targets = {
         "stream_over_local_steady": _target(
@@ -437,6 +530,7 @@ def _run_bench(config: BenchConfig) -> BenchReport:
         timeline=timeline,
         seconds=time.perf_counter() - started,
         notes=notes,
+        scaling=scaling,
     )
 
 

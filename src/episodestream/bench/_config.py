@@ -8,9 +8,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
 from episodestream._checks import check_choice, check_int, check_number
-from episodestream.datasets import parse_bytes
-from episodestream.decode import BackendName
+from episodestream.cache import DEFAULT_FETCH_WORKERS
+from episodestream.datasets import DEFAULT_BYTE_BUDGET, parse_bytes
+from episodestream.decode import DEFAULT_DECODE_THREADS, DEFAULT_FFMPEG_THREADS, BackendName
 from episodestream.errors import ConfigError
+from episodestream.sampling import DEFAULT_POOL_SIZE
 
 __all__ = [
     "ALL_TRACKS",
@@ -21,12 +23,16 @@ __all__ = [
     "DEFAULT_NAIVE_SAMPLES",
     "DEFAULT_SAMPLES",
     "BenchConfig",
+    "ImageDtypeName",
+    "RangeBackend",
     "TrackName",
     "detect_shard",
 ]
 
-TrackName: TypeAlias = Literal["stream", "local", "naive", "download"]
-ALL_TRACKS: tuple[TrackName, ...] = ("stream", "local", "naive", "download")
+TrackName: TypeAlias = Literal["stream", "local", "floor", "lerobot", "naive", "download"]
+ALL_TRACKS: tuple[TrackName, ...] = ("stream", "local", "floor", "lerobot", "naive", "download")
+RangeBackend: TypeAlias = Literal["native", "fsspec"]
+ImageDtypeName: TypeAlias = Literal["float32", "uint8"]
 
 #: Samples every track draws (capped at the shard's frames).
 DEFAULT_SAMPLES = 2000
@@ -35,14 +41,9 @@ DEFAULT_NAIVE_SAMPLES = 100
 #: Samples of the resident-pool random-decode measurement.
 DEFAULT_DECODE_SAMPLES = 200
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_BYTE_BUDGET = 2 * 2**30
 #: HTTP connections (and request threads) of the reader, per process.
 DEFAULT_CONNECTIONS = 16
-DEFAULT_POOL_SIZE = 16
 DEFAULT_PREFETCH_EPISODES = 8
-DEFAULT_FETCH_WORKERS = 4
-DEFAULT_DECODE_THREADS = 2
-DEFAULT_FFMPEG_THREADS = 1
 #: Share of the LOCAL (else STREAM) steady rate used as the keep-up target when none is given:
 #: below the decode ceiling, so keep-up tests refills rather than CPU noise on a shared machine.
 AUTO_TARGET_SHARE = 0.75
@@ -55,8 +56,9 @@ class BenchConfig:
     Attributes:
         root: the dataset as STREAM reads it (path, http(s)://, hf://, s3://, ...).
         local_root: a local copy for LOCAL; ``None`` downloads the touched files first.
-        tracks: which of STREAM, LOCAL, NAIVE, DOWNLOAD run (STREAM always runs: the other
-            figures are ratios to it).
+        tracks: which of STREAM, LOCAL, FLOOR, LEROBOT, NAIVE, DOWNLOAD run (STREAM always
+            runs: the other figures are ratios to it). FLOOR and LEROBOT decode the local copy
+            (LEROBOT only where ``lerobot`` imports, and only from a complete local copy).
         samples: samples drawn by STREAM and LOCAL (the first ``samples`` of the pool order).
         keepup_samples: samples consumed at ``target_samples_s`` (``None``: ``samples``;
             ``0``: no keep-up run).
@@ -71,8 +73,18 @@ class BenchConfig:
         torch_threads: torch's intra-op threads while the tracks run (restored after); 1 as in
             DataLoader workers, where torch sets it — more threads make every small tensor op
             an OpenMP region that spins against the decode threads. ``None``: torch's default.
-        rounds: STREAM and LOCAL run this many times, alternating which goes first; each
-            reports its best round (shared machines are noisy; every round is kept in the JSON).
+        rounds: STREAM, LOCAL, FLOOR and LEROBOT run this many times, interleaved (the order
+            rotates each round); each reports its median round (shared machines are noisy; every
+            round is kept in the JSON).
+        episodes: only these episodes (ids) are sampled; ``num_episodes``: only the first
+            ``num_episodes`` of the dataset. ``None``: every episode.
+        range_backend: ``"native"`` (our HTTP reader) or ``"fsspec"`` (fsspec's HTTP filesystem
+            for an http(s) root, to compare the two on the same server).
+        image_dtype: the images STREAM, LOCAL, LEROBOT (where it can) and the worker runs
+            return: ``"float32"`` in [0, 1] or ``"uint8"``. FLOOR is always uint8.
+        num_workers: DataLoader worker counts of the scaling run (STREAM through a real
+            DataLoader with persistent workers); empty: no scaling run.
+        scaling_samples: samples each scaling run draws (``None``: ``samples``).
         shard_index, shard_count: this rank of a distributed run (``None``: torchrun's
             ``RANK``/``WORLD_SIZE``, else a single rank).
         access_log: nginx access log of the server in front of ``root``, when it is ours
@@ -110,6 +122,12 @@ class BenchConfig:
     work_dir: str | None = None
     progress: bool = True
     wait_timeout_s: float = 300.0
+    episodes: tuple[int, ...] | None = None
+    num_episodes: int | None = None
+    range_backend: RangeBackend = "native"
+    image_dtype: ImageDtypeName = "float32"
+    num_workers: tuple[int, ...] = ()
+    scaling_samples: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", os.fspath(self.root))
@@ -154,6 +172,21 @@ class BenchConfig:
                     f"{self.shard_count}"
                 )
         check_number("wait_timeout_s", self.wait_timeout_s, above=0)
+        check_choice("range_backend", self.range_backend, ("native", "fsspec"))
+        check_choice("image_dtype", self.image_dtype, ("float32", "uint8"))
+        if self.episodes is not None and self.num_episodes is not None:
+            raise ConfigError("give episodes or num_episodes, not both")
+        if self.episodes is not None:
+            ids = tuple(check_int("episodes[]", e, minimum=0) for e in self.episodes)
+            if not ids:
+                raise ConfigError("episodes must name at least one episode")
+            object.__setattr__(self, "episodes", tuple(dict.fromkeys(ids)))
+        if self.num_episodes is not None:
+            check_int("num_episodes", self.num_episodes, minimum=1)
+        workers = tuple(check_int("num_workers[]", n, minimum=1) for n in self.num_workers)
+        object.__setattr__(self, "num_workers", tuple(dict.fromkeys(workers)))
+        if self.scaling_samples is not None:
+            check_int("scaling_samples", self.scaling_samples, minimum=1)
         if self.work_dir is not None and not os.path.isdir(self.work_dir):
             raise ConfigError(f"work_dir {self.work_dir!r} is not an existing folder")
 
@@ -170,6 +203,8 @@ class BenchConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tracks"] = list(self.tracks)
+        data["episodes"] = None if self.episodes is None else list(self.episodes)
+        data["num_workers"] = list(self.num_workers)
         return data
 
 

@@ -22,11 +22,16 @@ from episodestream._checks import check_choice, check_number, check_options
 from episodestream.bench._bench import BenchReport, run_bench
 from episodestream.bench._config import BenchConfig
 from episodestream.bench._report import fmt, format_report, markdown_table, mib, write_plot
-from episodestream.demo import DEMO_SPEC, SyntheticSpec, default_cache_dir, ensure_synthetic_dataset
 from episodestream.errors import ConfigTypeError, EpisodeStreamError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.serving import serve_dataset
 from episodestream.storage import HttpRangeReader, Limits
+from episodestream.synthetic import (
+    DEMO_SPEC,
+    SyntheticSpec,
+    default_cache_dir,
+    ensure_synthetic_dataset,
+)
 
 __all__ = [
     "DEMO_BANDWIDTH_MIBPS",

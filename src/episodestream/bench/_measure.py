@@ -9,12 +9,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
 
-__all__ = ["Progress", "Sampler", "peak_rss_bytes", "rss_bytes", "steady_rate"]
+__all__ = [
+    "ProcessFigures",
+    "Progress",
+    "Sampler",
+    "child_pids",
+    "peak_rss_bytes",
+    "process_figures",
+    "rss_bytes",
+    "steady_rate",
+    "timing_figures",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +58,64 @@ def peak_rss_bytes() -> int:
     return int(peak) * (1 if sys.platform == "darwin" else 1024)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFigures:
+    """CPU and memory of one process (all its threads), read from ``/proc``.
+
+    ``uss_bytes`` counts the pages only this process maps (``Private_*`` of smaps_rollup): what
+    a forked DataLoader worker adds, where RSS also counts the pages it shares with its parent.
+    """
+
+    pid: int
+    cpu_s: float
+    rss_bytes: int
+    uss_bytes: int | None
+
+
+def process_figures(pid: int) -> ProcessFigures:
+    """CPU seconds (user + system) and memory of process ``pid`` (Linux ``/proc``).
+
+    Raises:
+        OSError: no such process, or no ``/proc`` (not Linux).
+    """
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        # the command name may hold spaces: fields are counted after its closing parenthesis
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    with open(f"/proc/{pid}/statm", "rb") as statm:
+        rss = int(statm.read().split()[1]) * _PAGE_BYTES
+    uss: int | None = None
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as smaps:
+            uss = 0
+            for line in smaps:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    uss += int(line.split()[1]) * 1024
+    except OSError:
+        uss = None
+    return ProcessFigures(pid=pid, cpu_s=cpu_s, rss_bytes=rss, uss_bytes=uss)
+
+
+def child_pids(parent: int | None = None) -> set[int]:
+    """Processes whose parent is ``parent`` (default: this one), from ``/proc``."""
+    parent = os.getpid() if parent is None else parent
+    children: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:  # exited while listed
+            continue
+        if int(fields[1]) == parent:
+            children.add(int(entry.name))
+    return children
+
+
 def steady_rate(arrivals_s: np.ndarray, skip_fraction: float = 0.1) -> float:
     """Samples/s after the first ``skip_fraction`` of samples (start-up excluded)."""
     n = int(arrivals_s.size)
@@ -56,6 +125,21 @@ def steady_rate(arrivals_s: np.ndarray, skip_fraction: float = 0.1) -> float:
     k = min(k, n - 1)
     span = float(arrivals_s[-1] - arrivals_s[k - 1])
     return (n - k) / span if span > 0 else 0.0
+
+
+def timing_figures(arrivals_s: np.ndarray, count: int, cpu_s: float) -> dict[str, Any]:
+    """What every track reports of its timing: ``count`` samples that arrived at
+    ``arrivals_s`` (seconds from the start) for ``cpu_s`` of process CPU."""
+    seconds = float(arrivals_s[count - 1]) if count else 0.0
+    return {
+        "samples": count,
+        "seconds": seconds,
+        "samples_per_s": count / seconds if seconds > 0 else 0.0,
+        "steady_samples_per_s": steady_rate(arrivals_s[:count]),
+        "time_to_first_sample_s": float(arrivals_s[0]) if count else None,
+        "cpu_s": cpu_s,
+        "cpu_ms_per_sample": 1000.0 * cpu_s / count if count else None,
+    }
 
 
 class Sampler:
@@ -130,7 +214,8 @@ class Sampler:
 class Progress:
     """A tqdm bar on a terminal; otherwise a log line every ``LOG_INTERVAL_S`` and at the end.
 
-    Thread-safe ``update``; ``enabled=False`` stays silent.
+    ``update(count, nbytes)`` is thread-safe; bytes given add GiB done and MiB/s to the bar or
+    line. ``enabled=False`` stays silent. Output goes to stderr (tqdm) or the log, never stdout.
     """
 
     def __init__(self, total: int, description: str, *, enabled: bool = True, unit: str = "it"):
@@ -138,6 +223,7 @@ class Progress:
         self._description = description
         self._unit = unit
         self._count = 0
+        self._bytes = 0
         self._lock = threading.Lock()
         self._started = time.perf_counter()
         self._last_log = self._started
@@ -148,30 +234,39 @@ class Progress:
 
             self._bar = tqdm(total=total, desc=description, unit=unit, leave=False)
 
-    def update(self, count: int = 1) -> None:
+    def update(self, count: int = 1, nbytes: int = 0) -> None:
         if not self._enabled:
             return
         with self._lock:
             self._count += count
+            self._bytes += nbytes
+            now = time.perf_counter()
             if self._bar is not None:
+                if self._bytes:
+                    self._bar.set_postfix_str(self._bytes_text(now), refresh=False)
                 self._bar.update(count)
                 return
-            now = time.perf_counter()
             if now - self._last_log >= LOG_INTERVAL_S:
                 self._last_log = now
                 self._log(now)
+
+    def _bytes_text(self, now: float) -> str:
+        elapsed = now - self._started
+        rate = self._bytes / 2**20 / elapsed if elapsed > 0 else 0.0
+        return f"{self._bytes / 2**30:.3f} GiB done, {rate:.1f} MiB/s"
 
     def _log(self, now: float) -> None:
         elapsed = now - self._started
         rate = self._count / elapsed if elapsed > 0 else 0.0
         logger.info(
-            "%s: %d/%d %s (%.1f %s/s)",
+            "%s: %d/%d %s (%.1f %s/s)%s",
             self._description,
             self._count,
             self._total,
             self._unit,
             rate,
             self._unit,
+            f", {self._bytes_text(now)}" if self._bytes else "",
         )
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from episodestream.bench._bench import BenchReport
 __all__ = ["format_report", "markdown_table", "write_plot"]
 
 _MIB = 2**20
-_TRACK_ORDER = ("stream", "local", "naive", "download")
+_TRACK_ORDER = ("floor", "local", "stream", "lerobot", "naive", "download")
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -53,11 +53,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 def _tracks(report: BenchReport) -> str:
     rows = []
+    floor_cpu = (report.tracks.get("floor") or {}).get("cpu_ms_per_sample")
     for name in _TRACK_ORDER:
         track = report.tracks.get(name)
         if track is None:
             continue
         memory = track.get("memory") or {}
+        cpu = track.get("cpu_ms_per_sample")
         rows.append(
             [
                 name.upper(),
@@ -66,7 +68,8 @@ def _tracks(report: BenchReport) -> str:
                 fmt(track["samples_per_s"], 1),
                 fmt(track.get("steady_samples_per_s"), 1),
                 fmt(track.get("time_to_first_sample_s"), 3),
-                fmt(track.get("cpu_ms_per_sample"), 2),
+                fmt(cpu, 2),
+                fmt(cpu / floor_cpu, 3) if cpu is not None and floor_cpu else "—",
                 mib(memory.get("rss_peak_bytes")),
             ]
         )
@@ -79,6 +82,7 @@ def _tracks(report: BenchReport) -> str:
             "steady samples/s",
             "first sample s",
             "CPU ms per sample",
+            "CPU / FLOOR",
             "peak RSS MiB",
         ],
         rows,
@@ -95,6 +99,11 @@ def _ratios(report: BenchReport) -> str:
         ("STREAM / NAIVE, samples/s", "stream_over_naive"),
         ("STREAM / DOWNLOAD, samples/s (download included)", "stream_over_download"),
         ("DOWNLOAD / STREAM, time to first sample", "download_first_sample_over_stream"),
+        ("STREAM CPU per sample / FLOOR's", "stream_cpu_over_floor"),
+        ("LOCAL CPU per sample / FLOOR's", "local_cpu_over_floor"),
+        ("LEROBOT CPU per sample / FLOOR's", "lerobot_cpu_over_floor"),
+        ("STREAM CPU per sample / LEROBOT's", "stream_cpu_over_lerobot"),
+        ("STREAM / LEROBOT, samples/s", "stream_over_lerobot"),
         ("STREAM steady / resident-pool random decode", "stream_over_resident_decode"),
         ("bytes fetched / the episodes' own video bytes", "bytes_fetched_over_video_bytes"),
         ("bytes fetched / manifest span bytes", "bytes_fetched_over_manifest_bytes"),
@@ -103,7 +112,7 @@ def _ratios(report: BenchReport) -> str:
         ("STREAM peak cache bytes / byte budget", "peak_cache_bytes_over_budget"),
     ]
     return markdown_table(
-        ["ratio", "value"], [[label, fmt(r.get(key), 3)] for label, key in labels]
+        ["ratio", "value"], [[label, fmt(r.get(key), 3)] for label, key in labels if key in r]
     )
 
 
@@ -174,9 +183,12 @@ def _http(report: BenchReport) -> str:
                 fmt(h["headers_ms"], 1),
                 fmt(h["first_byte_ms"], 1),
                 fmt(h["body_ms"], 1),
-                fmt(h["chunk_wait_ms"], 1),
                 h["retries"],
                 h["failures"],
+                fmt(h.get("failed_attempt_s"), 2),
+                fmt(h.get("retry_sleep_s"), 2),
+                ", ".join(f"{k}: {v}" for k, v in (h.get("failures_by_cause") or {}).items())
+                or "—",
                 h.get("rate_limited", 0),
                 fmt(h.get("quota_wait_s", 0.0), 1),
                 statuses,
@@ -192,9 +204,11 @@ def _http(report: BenchReport) -> str:
             "headers ms",
             "first byte ms",
             "body ms",
-            "chunk wait ms",
             "retries",
             "failed",
+            "failed-attempt s",
+            "retry sleep s",
+            "failed attempts by cause",
             "429 (quota)",
             "quota wait s",
             "statuses",
@@ -366,6 +380,53 @@ def _memory(report: BenchReport) -> str:
     )
 
 
+def _scaling(report: BenchReport) -> str:
+    scaling = report.scaling
+    rows = [
+        [
+            r["workers"],
+            r["timed_samples"],
+            fmt(r["time_to_first_batch_s"], 2),
+            fmt(r["samples_per_s"], 1),
+            fmt(r["speedup"], 2),
+            fmt(r["efficiency"], 3),
+            fmt(r["cpu_ms_per_sample"], 2),
+            mib(r["worker_rss_mean_bytes"]),
+            mib(r["worker_uss_mean_bytes"]),
+            mib(r["parent_rss_bytes"]),
+            mib(r["total_rss_bytes"]),
+            mib(r["total_uss_bytes"]),
+        ]
+        for r in scaling["rows"]
+    ]
+    table = markdown_table(
+        [
+            "workers",
+            "samples timed",
+            "first batch s",
+            "samples/s",
+            "speed-up",
+            "efficiency",
+            "CPU ms per sample (all processes)",
+            "RSS per worker MiB",
+            "USS per worker MiB",
+            "parent RSS MiB",
+            "total RSS MiB",
+            "parent RSS + worker USS MiB",
+        ],
+        rows,
+    )
+    return (
+        table
+        + "\n\nSTREAM through torch's DataLoader, persistent workers, batch "
+        + f"{scaling['batch_size']}, {scaling['image_dtype']} images, "
+        + f"{scaling['decode_threads_per_worker']} decode threads per worker, "
+        + f"{scaling['cpus']} cores; efficiency = samples/s(N) / (N x samples/s("
+        + f"{scaling['baseline_workers']}) / {scaling['baseline_workers']}). Worker RSS counts "
+        + "pages shared with the parent (fork); USS only the worker's own."
+    )
+
+
 def format_report(report: BenchReport) -> str:
     """The whole report as Markdown (headings and tables), as ``bench`` prints it."""
     d = report.dataset
@@ -384,7 +445,9 @@ def format_report(report: BenchReport) -> str:
         f"{c['pool_size']}, prefetch {c['prefetch_episodes']}, fetch workers "
         f"{c['fetch_workers']}, connections {c['connections']}, decoder {c['decoder']} with "
         f"{c['decode_threads']} decode threads x {c['ffmpeg_threads']} FFmpeg threads, torch "
-        f"threads {h.get('torch_threads', '?')}, {c.get('rounds', 1)} round(s)); "
+        f"threads {h.get('torch_threads', '?')}, {c.get('image_dtype', 'float32')} images, "
+        f"{c.get('range_backend', 'native')} range reader, {c.get('rounds', 1)} round(s), "
+        "median shown); "
         f"{fmt(report.seconds, 1)} s in all."
     )
     sections = [
@@ -399,6 +462,8 @@ def format_report(report: BenchReport) -> str:
         "### Keep-up\n\n" + _keepup(report),
         "### Memory\n\n" + _memory(report),
     ]
+    if report.scaling:
+        sections.append("### DataLoader workers\n\n" + _scaling(report))
     if report.notes:
         sections.append("### Notes\n\n" + "\n".join(f"- {note}" for note in report.notes))
     return "\n\n".join(sections) + "\n"

@@ -11,12 +11,19 @@ from typing import Any
 import numpy as np
 
 from episodestream.bench._config import BenchConfig
+from episodestream.errors import ConfigError
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, open_manifest
 from episodestream.sampling import PoolParams, PoolSchedule, WorkerSlot, plan_shards
 from episodestream.storage import Limits, Location, RangeReader, open_reader
 
-__all__ = ["BenchDataset", "SampleSequence", "open_bench_dataset", "randomness"]
+__all__ = [
+    "BenchDataset",
+    "SampleSequence",
+    "open_bench_dataset",
+    "randomness",
+    "selected_episodes",
+]
 
 _TIMESTAMP = "timestamp"
 
@@ -66,14 +73,22 @@ class BenchDataset:
     world_size: int
     sequence: SampleSequence
     index_seconds: float
+    #: the episodes sampled when a subset was asked for (the pool's ``episodes=``), else None
+    episode_ids: tuple[int, ...] | None = None
+
+    @property
+    def served_over_http(self) -> bool:
+        """Whether an HTTP server stands in front of the root (whichever reader reads it)."""
+        return self.location.kind == "http" or self.location.protocol in ("http", "https")
 
     @property
     def cameras(self) -> tuple[str, ...]:
         return self.meta.video_keys
 
-    def open_reader(self) -> RangeReader:
-        """A fresh reader of the dataset (its own connections and counters)."""
-        return open_reader(self.location, **self.reader_options)
+    def open_reader(self, **extra: Any) -> RangeReader:
+        """A fresh reader of the dataset (its own connections and counters); ``extra`` options
+        join the dataset's (a failure log)."""
+        return open_reader(self.location, **{**self.reader_options, **extra})
 
     def episode_payload_bytes(self, episodes: np.ndarray) -> np.ndarray:
         """Bytes STREAM fetches for each episode (all cameras): the manifest's spans."""
@@ -128,21 +143,22 @@ def open_bench_dataset(
     sample sequence of this rank. ``local_reader`` (a local copy) serves the timestamps."""
     import time
 
-    location = Location.parse(config.root)
+    location = range_location(Location.parse(config.root), config)
     options = reader_options_for(location, config)
     reader = open_reader(location, **options)
     try:
         # the same root label and revision as the datasets use, so they find the cached index
-        meta = load_dataset_meta(
-            reader, root=location.url, revision=getattr(reader, "commit", None)
-        )
-        if getattr(reader, "commit", None) is not None:
-            location = dataclasses.replace(location, revision=reader.commit)  # type: ignore[attr-defined]
+        meta = load_dataset_meta(reader, root=location.url, revision=reader.revision)
+        if reader.revision is not None:
+            location = dataclasses.replace(location, revision=reader.revision)
         started = time.perf_counter()
         manifest = open_manifest(reader, meta, cache_dir=config.cache_dir, progress=config.progress)
         index_seconds = time.perf_counter() - started
         rank, world_size = config.shard()
         sequence = _sequence(config, meta, manifest, rank, world_size, local_reader or reader)
+        subset = None
+        if config.episodes is not None or config.num_episodes is not None:
+            subset = tuple(int(e) for e in selected_episodes(config, meta)[0].tolist())
     finally:
         reader.close()
     return BenchDataset(
@@ -154,7 +170,21 @@ def open_bench_dataset(
         world_size=world_size,
         sequence=sequence,
         index_seconds=index_seconds,
+        episode_ids=subset,
     )
+
+
+def range_location(location: Location, config: BenchConfig) -> Location:
+    """``location`` as the chosen range backend reads it: ``"fsspec"`` turns an http(s) root
+    into an fsspec location (fsspec's HTTP filesystem, one request per range)."""
+    if config.range_backend == "native":
+        return location
+    if location.kind != "http":
+        raise ConfigError(
+            f"range_backend='fsspec' compares readers of an http(s) root; {location.url!r} is "
+            f"a {location.kind} root"
+        )
+    return Location("fsspec", location.protocol, location.path.split("://", 1)[1])
 
 
 def _sequence(
@@ -165,9 +195,7 @@ def _sequence(
     world_size: int,
     rows_reader: RangeReader,
 ) -> SampleSequence:
-    table = meta.episodes
-    ids = np.asarray(table.episode_index, dtype=np.int64)
-    lengths = np.asarray(table.length, dtype=np.int64)
+    ids, lengths = selected_episodes(config, meta)
     # as EpisodePoolDataset.__iter__ plans it for (rank, worker 0 of 1), epoch 0
     plan = plan_shards(
         ids, lengths, world_size=world_size, num_workers=1, seed=config.seed, epoch=0, shuffle=True
@@ -211,6 +239,31 @@ def _source_times(
     for c, camera in enumerate(meta.video_keys):
         result[:, c] = table.video(camera).from_timestamp[row_of].astype(np.float64) + timestamp
     return result
+
+
+def selected_episodes(config: BenchConfig, meta: DatasetMeta) -> tuple[np.ndarray, np.ndarray]:
+    """The episodes the benchmark samples (``--episodes`` / ``--num-episodes``, else all) and
+    their frame counts, in the dataset's order.
+
+    Raises:
+        ConfigError: an episode the dataset does not have (the first few are named).
+    """
+    table = meta.episodes
+    ids = np.asarray(table.episode_index, dtype=np.int64)
+    lengths = np.asarray(table.length, dtype=np.int64)
+    if config.num_episodes is not None:
+        return ids[: config.num_episodes], lengths[: config.num_episodes]
+    if config.episodes is None:
+        return ids, lengths
+    wanted = np.asarray(config.episodes, dtype=np.int64)
+    missing = np.setdiff1d(wanted, ids)
+    if missing.size:
+        raise ConfigError(
+            f"episodes {missing[:5].tolist()} are not in the dataset ({ids.size} episodes, "
+            f"ids {int(ids.min())}..{int(ids.max())})"
+        )
+    keep = np.isin(ids, wanted)
+    return ids[keep], lengths[keep]
 
 
 def randomness(sequence: SampleSequence, batch_size: int) -> dict[str, Any]:

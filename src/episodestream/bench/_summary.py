@@ -37,6 +37,10 @@ class RankRow:
     kept_up: bool | None
     keepup_actual_samples_s: float | None
     keepup_target_samples_s: float | None
+    stream_cpu_s: float | None = None
+    stream_cpu_ms_per_sample: float | None = None
+    stream_peak_rss_bytes: int | None = None
+    process_peak_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,11 @@ class RankSummary:
 
     ``aggregate_mib_per_s`` is every rank's fetched bytes over the slowest rank's fetch time
     (what the cluster moved per second); ``summed_mib_per_s`` adds each rank's own rate.
-    ``all_kept_up`` is None when no rank ran keep-up.
+    ``all_kept_up`` is None when no rank ran keep-up. ``summed_decode_samples_per_s`` adds
+    each rank's resident-pool random decode rate (the decode ceiling with nothing to fetch);
+    ``summed_keepup_*`` add the keep-up target and achieved rates of the ranks that ran it.
+    ``cpu_ms_per_sample`` is every rank's STREAM CPU over every rank's STREAM samples;
+    ``peak_rss_*`` are the ranks' STREAM peak RSS (None where no report carries it).
     """
 
     ranks: int
@@ -61,6 +69,13 @@ class RankSummary:
     summed_steady_samples_per_s: float
     all_kept_up: bool | None
     rows: list[RankRow]
+    summed_decode_samples_per_s: float | None = None
+    summed_keepup_actual_samples_s: float | None = None
+    summed_keepup_target_samples_s: float | None = None
+    keepup_ranks: int = 0
+    cpu_ms_per_sample: float | None = None
+    peak_rss_max_bytes: int | None = None
+    peak_rss_mean_bytes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +86,7 @@ def _row(path: Path) -> RankRow:
         data = json.loads(path.read_text())
         host, fetch, stream = data["host"], data["fetch"], data["tracks"]["stream"]
         keepup = data.get("keepup") or {}
+        cpu_s = stream.get("cpu_s")
         return RankRow(
             path=str(path),
             hostname=str(host["hostname"]),
@@ -87,6 +103,10 @@ def _row(path: Path) -> RankRow:
             kept_up=keepup.get("kept_up"),
             keepup_actual_samples_s=keepup.get("actual_samples_s"),
             keepup_target_samples_s=keepup.get("target_samples_s"),
+            stream_cpu_s=None if cpu_s is None else float(cpu_s),
+            stream_cpu_ms_per_sample=stream.get("cpu_ms_per_sample"),
+            stream_peak_rss_bytes=(stream.get("memory") or {}).get("rss_peak_bytes"),
+            process_peak_rss_bytes=(data.get("memory") or {}).get("process_peak_rss_bytes"),
         )
     except FileNotFoundError:
         raise EpisodeStreamError(f"{path}: no such bench report") from None
@@ -116,6 +136,11 @@ def summarize_ranks(paths: Iterable[str | os.PathLike[str]]) -> RankSummary:
     total = sum(r.fetch_bytes for r in rows)
     slowest = max(r.fetch_seconds for r in rows)
     kept = [r.kept_up for r in rows if r.kept_up is not None]
+    decode = [r.decode_samples_per_s for r in rows if r.decode_samples_per_s is not None]
+    keepup = [r for r in rows if r.keepup_actual_samples_s is not None]
+    cpu = [r for r in rows if r.stream_cpu_s is not None]
+    cpu_samples = sum(r.stream_samples for r in cpu)
+    rss = [r.stream_peak_rss_bytes for r in rows if r.stream_peak_rss_bytes is not None]
     return RankSummary(
         ranks=len(rows),
         shard_count=shard_count,
@@ -130,7 +155,26 @@ def summarize_ranks(paths: Iterable[str | os.PathLike[str]]) -> RankSummary:
         summed_steady_samples_per_s=sum(r.stream_steady_samples_per_s for r in rows),
         all_kept_up=all(kept) if kept else None,
         rows=rows,
+        summed_decode_samples_per_s=sum(decode) if decode else None,
+        summed_keepup_actual_samples_s=(
+            sum(float(r.keepup_actual_samples_s or 0.0) for r in keepup) if keepup else None
+        ),
+        summed_keepup_target_samples_s=(
+            sum(float(r.keepup_target_samples_s or 0.0) for r in keepup) if keepup else None
+        ),
+        keepup_ranks=len(keepup),
+        cpu_ms_per_sample=(
+            1000.0 * sum(float(r.stream_cpu_s or 0.0) for r in cpu) / cpu_samples
+            if cpu and cpu_samples
+            else None
+        ),
+        peak_rss_max_bytes=max(rss) if rss else None,
+        peak_rss_mean_bytes=sum(rss) / len(rss) if rss else None,
     )
+
+
+def _mib(value: float | None) -> str:
+    return "—" if value is None else f"{value / _MIB:.1f}"
 
 
 def format_rank_summary(summary: RankSummary) -> str:
@@ -143,6 +187,10 @@ def format_rank_summary(summary: RankSummary) -> str:
             "summed rank MiB/s",
             "summed samples/s",
             "summed steady samples/s",
+            "CPU ms per sample",
+            "summed resident decode samples/s",
+            "summed keep-up actual / target samples/s",
+            "peak RSS per rank MiB, max / mean",
             "all ranks kept up",
         ],
         [
@@ -153,6 +201,12 @@ def format_rank_summary(summary: RankSummary) -> str:
                 fmt(summary.summed_mib_per_s),
                 fmt(summary.summed_samples_per_s, 1),
                 fmt(summary.summed_steady_samples_per_s, 1),
+                fmt(summary.cpu_ms_per_sample, 2),
+                fmt(summary.summed_decode_samples_per_s, 1),
+                f"{fmt(summary.summed_keepup_actual_samples_s, 1)} / "
+                f"{fmt(summary.summed_keepup_target_samples_s, 1)} "
+                f"({summary.keepup_ranks} ranks)",
+                f"{_mib(summary.peak_rss_max_bytes)} / {_mib(summary.peak_rss_mean_bytes)}",
                 fmt(summary.all_kept_up),
             ]
         ],
@@ -167,6 +221,9 @@ def format_rank_summary(summary: RankSummary) -> str:
             "STREAM samples",
             "samples/s",
             "steady samples/s",
+            "CPU ms per sample",
+            "resident decode samples/s",
+            "peak RSS MiB",
             "keep-up actual / target",
             "kept up",
         ],
@@ -180,6 +237,9 @@ def format_rank_summary(summary: RankSummary) -> str:
                 r.stream_samples,
                 fmt(r.stream_samples_per_s, 1),
                 fmt(r.stream_steady_samples_per_s, 1),
+                fmt(r.stream_cpu_ms_per_sample, 2),
+                fmt(r.decode_samples_per_s, 1),
+                _mib(r.stream_peak_rss_bytes),
                 f"{fmt(r.keepup_actual_samples_s, 1)} / {fmt(r.keepup_target_samples_s, 1)}",
                 fmt(r.kept_up),
             ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import queue
@@ -29,7 +30,7 @@ import torch
 
 from episodestream.bench._access import AccessLog, range_length, range_start, summarize
 from episodestream.bench._config import BenchConfig
-from episodestream.bench._measure import Progress, Sampler, steady_rate
+from episodestream.bench._measure import Progress, Sampler, timing_figures
 from episodestream.bench._remote_decoder import RemoteFileDecoder
 from episodestream.bench._sequence import BenchDataset
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
@@ -67,23 +68,65 @@ _PREFETCH_BATCHES = 2
 _RESULT_TIMEOUT_S = 300.0
 
 
-def _pool(config: BenchConfig, ds: BenchDataset) -> EpisodePoolDataset:
+def _pool(
+    config: BenchConfig, ds: BenchDataset, failure_log: Path | None = None
+) -> EpisodePoolDataset:
     return EpisodePoolDataset(
-        config.root,
+        **pool_arguments(config, ds, failure_log),
+        rank=ds.rank,
+        world_size=ds.world_size,
+    )
+
+
+def pool_arguments(
+    config: BenchConfig, ds: BenchDataset, failure_log: Path | None = None
+) -> dict[str, Any]:
+    """The pool's arguments every STREAM run shares (rank and world size aside)."""
+    return dict(
+        # the fsspec backend reads an http(s) root through a Location of kind fsspec
+        root=config.root if config.range_backend == "native" else ds.location,
+        episodes=None if ds.episode_ids is None else list(ds.episode_ids),
+        image_dtype=config.image_dtype,
         pool_size=config.pool_size,
         prefetch_episodes=config.prefetch_episodes,
         byte_budget=config.byte_budget,
         seed=config.seed,
         decode_threads=config.decode_threads,
         decoder=config.decoder,
-        rank=ds.rank,
-        world_size=ds.world_size,
         fetch_workers=config.fetch_workers,
         ffmpeg_threads=config.ffmpeg_threads,
         cache_dir=config.cache_dir,
         wait_timeout_s=config.wait_timeout_s,
-        reader_options=dict(ds.reader_options),
+        reader_options=reader_options(ds, failure_log),
     )
+
+
+def reader_options(ds: BenchDataset, failure_log: Path | None) -> dict[str, Any]:
+    """The dataset's reader options, plus a failure log where the reader keeps one (our HTTP
+    and Hub readers): every failed or retried attempt, with its cause and retry delay."""
+    options = dict(ds.reader_options)
+    if failure_log is not None and ds.location.kind in ("http", "hub"):
+        options["failure_log"] = str(failure_log)
+    return options
+
+
+def failure_figures(failure_log: Path | None) -> dict[str, Any]:
+    """What a reader's failure log holds: failed attempts by cause (HTTP status, else the
+    error's type) and how many were retried (the reader's counters hold the times)."""
+    causes: collections.Counter[str] = collections.Counter()
+    retried = 0
+    if failure_log is not None and failure_log.is_file():
+        with failure_log.open(encoding="utf-8") as lines:
+            for line in lines:
+                record = json.loads(line)
+                status = record.get("status")
+                causes[f"HTTP {status}" if status else str(record.get("error", "?"))] += 1
+                retried += bool(record.get("retry"))
+    return {
+        "failed_attempts": int(sum(causes.values())),
+        "failed_attempts_retried": retried,
+        "failures_by_cause": dict(sorted(causes.items())),
+    }
 
 
 def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
@@ -152,13 +195,15 @@ def http_figures(metrics: dict[str, Any]) -> dict[str, Any]:
         "headers_ms": per_request_ms("headers_seconds"),
         "first_byte_ms": per_request_ms("first_byte_seconds"),
         "body_ms": per_request_ms("body_seconds"),
-        "chunk_wait_ms": per_request_ms("chunk_wait_seconds"),
         "retries": int(metrics.get("retries", 0)),
         "resumes": int(metrics.get("resumes", 0)),
         "failures": int(metrics.get("failures", 0)),
         # 429s that announced a quota window, and the time waited for windows to reset
         "rate_limited": int(metrics.get("rate_limited", 0)),
         "quota_wait_s": float(metrics.get("quota_wait_seconds", 0.0)),
+        # what failing cost: the failed attempts themselves and the backoff slept after them
+        "failed_attempt_s": float(metrics.get("failed_attempt_seconds", 0.0)),
+        "retry_sleep_s": float(metrics.get("retry_sleep_seconds", 0.0)),
         "status_counts": statuses,
         "bytes": int(metrics.get("bytes", 0)),
         "bytes_per_request": metrics.get("bytes", 0) / requests if requests else 0.0,
@@ -191,12 +236,17 @@ def warm_up(config: BenchConfig, ds: BenchDataset) -> float:
 # ----------------------------------------------------------------------------------- STREAM
 
 
-def run_stream(config: BenchConfig, ds: BenchDataset, access: AccessLog | None) -> dict[str, Any]:
+def run_stream(
+    config: BenchConfig,
+    ds: BenchDataset,
+    access: AccessLog | None,
+    failure_log: Path | None = None,
+) -> dict[str, Any]:
     """STREAM at full speed over the sequence: throughput, first sample, memory, time series."""
     sequence = ds.sequence
     n = len(sequence)
     opened = time.perf_counter()
-    pool = _pool(config, ds)
+    pool = _pool(config, ds, failure_log)
     open_s = time.perf_counter() - opened
     try:
         reader_before = dict(pool.metrics()["reader"])
@@ -238,14 +288,8 @@ def run_stream(config: BenchConfig, ds: BenchDataset, access: AccessLog | None) 
     payload = int(ds.episode_payload_bytes(fetched).sum()) if fetched.size else 0
     video = int(ds.episode_video_bytes(fetched).sum()) if fetched.size else 0
     result: dict[str, Any] = {
-        "samples": n,
+        **timing_figures(arrivals, n, cpu_s),
         "open_s": open_s,
-        "seconds": float(arrivals[-1]) if n else 0.0,
-        "samples_per_s": n / float(arrivals[-1]) if n and arrivals[-1] > 0 else 0.0,
-        "steady_samples_per_s": steady_rate(arrivals),
-        "time_to_first_sample_s": float(arrivals[0]) if n else None,
-        "cpu_s": cpu_s,
-        "cpu_ms_per_sample": 1000.0 * cpu_s / n if n else None,
         "sequence_matches": bool(
             np.array_equal(got[:, 0], sequence.episodes)
             and np.array_equal(got[:, 1], sequence.frames)
@@ -263,7 +307,7 @@ def run_stream(config: BenchConfig, ds: BenchDataset, access: AccessLog | None) 
         "byte_budget": config.byte_budget,
         "peak_cache_bytes": int(cache["peak_bytes"]),
         "reader": reader_delta,
-        "http": http_figures(reader_delta),
+        "http": {**http_figures(reader_delta), **failure_figures(failure_log)},
         "memory": sampler.memory(),
         "timeline": [
             {
@@ -409,12 +453,16 @@ class FetchedPool:
 
 
 def run_fetch(
-    config: BenchConfig, ds: BenchDataset, access: AccessLog | None
+    config: BenchConfig,
+    ds: BenchDataset,
+    access: AccessLog | None,
+    failure_log: Path | None = None,
 ) -> tuple[dict[str, Any], FetchedPool]:
     """Fetch every episode the sequence touches through the byte cache alone (no decoding),
     ``fetch_workers`` at a time; keeps the first ``pool_size`` resident for DECODE."""
     episodes = ds.sequence.touched()
-    reader = ds.open_reader()
+    payload = ds.episode_payload_bytes(episodes)
+    reader = ds.open_reader(**_failure_option(ds, failure_log))
     source = ManifestClipSource(ds.manifest, reader, root=ds.meta.root)
     cache = EpisodeByteCache(
         source, reader, byte_budget=config.byte_budget, fetch_workers=config.fetch_workers
@@ -435,7 +483,7 @@ def run_fetch(
                 cache.wait_ready(episode, timeout=config.wait_timeout_s)
                 if episode not in keep:
                     cache.evict(episode)
-                bar.update()
+                bar.update(1, int(payload[i]))
             seconds = time.perf_counter() - started
         metrics = dataclasses.asdict(cache.metrics())
         reader_metrics = dict(reader.metrics())
@@ -480,7 +528,7 @@ def run_fetch(
         "ms_per_episode_range_fetch": 1000.0 * metrics["fetch_s"] / fetches if fetches else 0.0,
         "failures": int(metrics["failures"]),
         "cache": metrics,
-        "http": http_figures(reader_metrics),
+        "http": {**http_figures(reader_metrics), **failure_figures(failure_log)},
     }
     if records is not None and access is not None:
         server = summarize(access, records)
@@ -630,6 +678,7 @@ def run_file_track(
     files = len(set(paths.values()))
     pool: DecoderPool[str] = DecoderPool(max_decoders=max(files * 2, 1), max_bytes=1 << 50)
     rows = _Rows(rows_reader, ds) if rows_reader is not None else None
+    float_images = config.image_dtype == "float32"
     opens: list[float] = []
 
     def opener(path: str) -> Callable[[], Any]:
@@ -649,7 +698,7 @@ def run_file_track(
             path = paths[(episode, camera)]
             with pool.lease(path, opener(path)) as decoder:
                 frames = decoder.frames_at([sequence.source_times_s[i, c]])
-            sample[camera] = to_float(frames)[0]
+            sample[camera] = to_float(frames)[0] if float_images else frames[0]
         return sample
 
     max_pending = 4 * max(config.decode_threads, 1)
@@ -685,15 +734,8 @@ def run_file_track(
         executor.close()
         stats = dataclasses.asdict(pool.stats())
         pool.close()
-    seconds = float(arrivals[-1]) if count else 0.0
     return {
-        "samples": count,
-        "seconds": seconds,
-        "samples_per_s": count / seconds if seconds > 0 else 0.0,
-        "steady_samples_per_s": steady_rate(arrivals),
-        "time_to_first_sample_s": float(arrivals[0]) if count else None,
-        "cpu_s": cpu_s,
-        "cpu_ms_per_sample": 1000.0 * cpu_s / count if count else None,
+        **timing_figures(arrivals, count, cpu_s),
         "files": files,
         "decoder_opens": len(opens),
         "open_ms_mean": 1000.0 * float(np.mean(opens)) if opens else None,
@@ -726,11 +768,15 @@ def remote_opener(config: BenchConfig, ds: BenchDataset) -> Callable[[str], Any]
 
 
 def download_files(
-    config: BenchConfig, ds: BenchDataset, destination: Path, paths: list[str]
+    config: BenchConfig,
+    ds: BenchDataset,
+    destination: Path,
+    paths: list[str],
+    failure_log: Path | None = None,
 ) -> dict[str, Any]:
     """Download ``paths`` whole into ``destination`` (same relative paths), ``connections`` at a
     time, through a fresh reader of the dataset (with its usual range splitting)."""
-    reader = ds.open_reader()
+    reader = ds.open_reader(**_failure_option(ds, failure_log))
     progress = Progress(len(paths), "download", enabled=config.progress, unit="files")
 
     def fetch(path: str) -> int:
@@ -739,7 +785,7 @@ def download_files(
         target = destination / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        progress.update()
+        progress.update(1, len(data))
         return len(data)
 
     try:
@@ -757,8 +803,14 @@ def download_files(
         "bytes": total,
         "seconds": seconds,
         "mib_per_s": total / _MIB / seconds if seconds > 0 else 0.0,
-        "http": http_figures(metrics),
+        "http": {**http_figures(metrics), **failure_figures(failure_log)},
     }
+
+
+def _failure_option(ds: BenchDataset, failure_log: Path | None) -> dict[str, Any]:
+    if failure_log is not None and ds.location.kind in ("http", "hub"):
+        return {"failure_log": str(failure_log)}
+    return {}
 
 
 def local_rows_reader(root: Path) -> RangeReader:

@@ -231,6 +231,20 @@ class EpisodeByteCache:
             self._drop_resident(episode)
             return True
 
+    @property
+    def idle(self) -> bool:
+        """True when no episode is queued, being fetched or retained: nothing in flight."""
+        with self._lock:
+            return not self._queue and not self._reserved_bytes and not self._retained
+
+    def reset_metrics(self) -> None:
+        """Zero the counters and times, and start the peak afresh from the bytes held now
+        (a pool reusing this cache for its next pass reports that pass alone)."""
+        with self._lock:
+            self._counters.clear()
+            self._times.clear()
+            self._peak = self._resident_bytes + self._reserved_bytes
+
     def metrics(self) -> CacheMetrics:
         with self._lock:
             c, t = self._counters, self._times
@@ -388,6 +402,8 @@ class EpisodeByteCache:
                     self._lru[entry.episode] = None
                 entry.done.set()
                 self._lock.notify_all()
+            # an idle thread must not hold the last clips after the cache evicts them
+            del entry, resident
 
     def _fetch(self, entry: _Entry) -> tuple[ResidentEpisode, dict[str, float]]:
         started = time.perf_counter()
@@ -403,7 +419,9 @@ class EpisodeByteCache:
                     f"episode {job.episode} camera {job.camera!r}: clip is {len(data)} bytes, "
                     f"planned {job.clip_nbytes}"
                 )
-            clips[job.camera] = EpisodeClip(job.episode, job.camera, data, job.time_offset_s)
+            clips[job.camera] = EpisodeClip(
+                job.episode, job.camera, data, job.time_offset_s, job.frame_times_s
+            )
         written = time.perf_counter()
         resident = ResidentEpisode(entry.episode, clips)
         stored = time.perf_counter()

@@ -6,9 +6,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+
 from episodestream.cache._source import ClipJob
 from episodestream.manifest import EpisodeManifest
-from episodestream.mp4 import TrackIndex, clip_size, write_clip
+from episodestream.mp4 import TrackIndex, clip_frame_times, clip_size, write_clip
 from episodestream.storage import RangeReader
 
 __all__ = ["ManifestClipSource"]
@@ -62,10 +64,8 @@ class ManifestClipSource:
         with self._lock:
             if file_id in self._checked:
                 return
-        file_info = getattr(self._reader, "file_info", None)
-        if file_info is not None:
-            path = self._manifest.file_paths[file_id]
-            self._manifest.check_source(file_id, file_info(path), root=self._root)
+        path = self._manifest.file_paths[file_id]
+        self._manifest.check_source(file_id, self._reader.file_info(path), root=self._root)
         with self._lock:
             self._checked.add(file_id)
 
@@ -105,6 +105,12 @@ class ManifestClipSource:
                     clip_nbytes=clip_size(track, plan),
                     time_offset_s=span.time_offset_s,
                     build=build,
+                    frame_times_s=_read_only(clip_frame_times(track, plan)),
                 )
             )
         return tuple(jobs)
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False  # shared by every decoder opened on the clip
+    return values

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from episodestream.errors import ConfigError
 
@@ -16,7 +18,8 @@ class ClipJob:
     """How to make one camera's clip of one episode: one range read, then ``build(payload)``.
 
     ``clip_nbytes`` is the exact size ``build`` returns, known before anything is fetched, so the
-    cache can reserve budget up front.
+    cache can reserve budget up front. ``frame_times_s``, when the planner knows them, are the
+    clip's presentation times (a decoder opened with them skips reading the clip's packets).
     """
 
     episode: int
@@ -27,6 +30,7 @@ class ClipJob:
     clip_nbytes: int
     time_offset_s: float
     build: Callable[[bytes], bytes]
+    frame_times_s: np.ndarray | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.byte_end <= self.byte_start or self.byte_start < 0:
@@ -44,12 +48,14 @@ class ClipJob:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeClip:
-    """A resident standalone MP4 of one episode-camera; source time = clip time + offset."""
+    """A resident standalone MP4 of one episode-camera; source time = clip time + offset.
+    ``frame_times_s``: the clip's frame times (clip seconds) when known, else None."""
 
     episode: int
     camera: str
     data: bytes
     time_offset_s: float
+    frame_times_s: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def nbytes(self) -> int:

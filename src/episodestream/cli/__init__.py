@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "_demo",
     "_bench",
     "_bench_summary",
+    "_plan",
 )
 
 

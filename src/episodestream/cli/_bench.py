@@ -1,4 +1,5 @@
-"""``episodestream bench ROOT``: STREAM / LOCAL / NAIVE / DOWNLOAD on one seeded sample order."""
+"""``episodestream bench ROOT``: STREAM / LOCAL / FLOOR / LEROBOT / NAIVE / DOWNLOAD on one seeded
+sample order, and STREAM through DataLoader workers (``--num-workers``)."""
 
 from __future__ import annotations
 
@@ -24,31 +25,10 @@ from episodestream.bench._config import (
     DEFAULT_PREFETCH_EPISODES,
     DEFAULT_SAMPLES,
 )
+from episodestream.bench._scaling import default_worker_counts
+from episodestream.cli._types import int_at_least, positive_float
 
 __all__ = ["add_bench_options", "config_from_args", "register"]
-
-
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
 
 
 def _tracks(text: str) -> tuple[str, ...]:
@@ -61,44 +41,67 @@ def _tracks(text: str) -> tuple[str, ...]:
     return names
 
 
+def _int_list(name: str, minimum: int):
+    def parse(text: str) -> tuple[int, ...]:
+        values = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                value = int(part)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{name} are comma-separated integers, got {text!r}"
+                ) from None
+            if value < minimum:
+                raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+            values.append(value)
+        if not values:
+            raise argparse.ArgumentTypeError(f"{name}: give at least one, got {text!r}")
+        return tuple(values)
+
+    return parse
+
+
 def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int | None) -> None:
     """The options ``bench`` and ``demo`` share (``demo`` picks its own sample defaults)."""
     pool = parser.add_argument_group("pool (STREAM)")
-    pool.add_argument("--pool-size", type=_int_at_least(1), default=DEFAULT_POOL_SIZE)
+    pool.add_argument("--pool-size", type=int_at_least(1), default=DEFAULT_POOL_SIZE)
     pool.add_argument(
-        "--prefetch-episodes", type=_int_at_least(0), default=DEFAULT_PREFETCH_EPISODES
+        "--prefetch-episodes", type=int_at_least(0), default=DEFAULT_PREFETCH_EPISODES
     )
     pool.add_argument(
         "--fetch-workers",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=DEFAULT_FETCH_WORKERS,
         help="episodes fetched concurrently",
     )
     pool.add_argument(
         "--connections",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=DEFAULT_CONNECTIONS,
         help="HTTP connections (and request threads) per host",
     )
     pool.add_argument("--byte-budget", default="2GiB", help="bytes of clips held (e.g. 2GiB)")
-    pool.add_argument("--seed", type=_int_at_least(0), default=0)
+    pool.add_argument("--seed", type=int_at_least(0), default=0)
     decode = parser.add_argument_group("decoding (every track)")
     decode.add_argument("--decoder", choices=("auto", "torchcodec", "pyav"), default="auto")
     decode.add_argument(
         "--decode-threads",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=DEFAULT_DECODE_THREADS,
         help="samples decoded concurrently",
     )
     decode.add_argument(
         "--ffmpeg-threads",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=DEFAULT_FFMPEG_THREADS,
         help="FFmpeg threads per decoder",
     )
     decode.add_argument(
         "--torch-threads",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=1,
         help="torch intra-op threads during the run (default 1, as in DataLoader workers; "
         "0: torch's default)",
@@ -112,41 +115,42 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
     )
     run.add_argument(
         "--samples",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=samples_default,
         help=f"samples of the sequence (default {samples_default or 'see above'}; capped at "
         "the shard's frames)",
     )
     run.add_argument(
         "--keepup-samples",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=None,
         help="samples consumed at --target-samples-s (default: --samples; 0 skips keep-up)",
     )
     run.add_argument(
         "--naive-samples",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=None,
         help=f"cap on NAIVE's samples (default {DEFAULT_NAIVE_SAMPLES})",
     )
     run.add_argument(
         "--decode-samples",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=None,
         help=f"samples of the resident-pool decode measurement (default {DEFAULT_DECODE_SAMPLES})",
     )
     run.add_argument(
         "--target-samples-s",
-        type=_positive_float,
+        type=positive_float,
         default=None,
         help="keep-up target (default: 0.75 x LOCAL's steady samples/s)",
     )
-    run.add_argument("--batch-size", type=_int_at_least(1), default=DEFAULT_BATCH_SIZE)
+    run.add_argument("--batch-size", type=int_at_least(1), default=DEFAULT_BATCH_SIZE)
     run.add_argument(
         "--rounds",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=1,
-        help="STREAM and LOCAL rounds, alternating; each reports its best (noisy machines)",
+        help="rounds of STREAM, LOCAL, FLOOR and LEROBOT, interleaved (order rotated each "
+        "round); each reports its median round (noisy machines: use 3 or 5)",
     )
     run.add_argument("--cache-dir", default=None, help="sidecar index cache folder")
     run.add_argument("--work-dir", default=None, help="folder for downloads (default: temp)")
@@ -193,9 +197,22 @@ def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchC
         cache_dir=args.cache_dir,
         work_dir=args.work_dir,
         progress=not args.no_progress,
+        episodes=getattr(args, "episodes", None),
+        num_episodes=getattr(args, "num_episodes", None),
+        range_backend=getattr(args, "range_backend", "native"),
+        image_dtype=getattr(args, "image_dtype", "float32"),
+        num_workers=_worker_counts(getattr(args, "num_workers", None)),
+        scaling_samples=getattr(args, "scaling_samples", None),
     )
     values.update(overrides)
     return BenchConfig(**values)
+
+
+def _worker_counts(given: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``--num-workers`` as worker counts: absent, none; alone, 1, 2, 4, ... the cores."""
+    if given is None:
+        return ()
+    return given or default_worker_counts()
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -205,8 +222,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Draw one seeded sample sequence (the episode pool's order for this rank) and run "
             "it through STREAM (EpisodePoolDataset), LOCAL (full local files, the decode "
-            "ceiling), NAIVE (a decoder on a remote file object) and DOWNLOAD (whole files "
-            "first). Prints Markdown tables; --json keeps everything, --plot draws STREAM's "
+            "ceiling), FLOOR (a bare uint8 decoder loop: every track's CPU per sample is shown "
+            "over it), LEROBOT (LeRobotDataset on the same local files, where lerobot imports), "
+            "NAIVE (a decoder on a remote file object) and DOWNLOAD (whole files first); "
+            "--num-workers adds STREAM through a DataLoader with N workers (scaling table). "
+            "Prints Markdown tables; --json keeps everything, --plot draws STREAM's "
             "samples/s and resident bytes. Distributed: run one per rank (torchrun sets "
             "RANK/WORLD_SIZE, or give --shard-index/--shard-count), then bench-summary."
         ),
@@ -217,18 +237,71 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="a local copy of the dataset for LOCAL (default: download the touched files)",
     )
-    parser.add_argument("--shard-index", type=_int_at_least(0), default=None)
-    parser.add_argument("--shard-count", type=_int_at_least(1), default=None)
+    parser.add_argument("--shard-index", type=int_at_least(0), default=None)
+    parser.add_argument("--shard-count", type=int_at_least(1), default=None)
     parser.add_argument(
         "--access-log",
         default=None,
         help="nginx access log of the server in front of ROOT (adds server-side figures)",
     )
+    subset = parser.add_mutually_exclusive_group()
+    subset.add_argument(
+        "--episodes",
+        type=_int_list("episodes", 0),
+        default=None,
+        help="sample only these episodes (comma-separated ids)",
+    )
+    subset.add_argument(
+        "--num-episodes",
+        type=int_at_least(1),
+        default=None,
+        help="sample only the dataset's first N episodes",
+    )
+    parser.add_argument(
+        "--range-backend",
+        choices=("native", "fsspec"),
+        default="native",
+        help="reader of an http(s) ROOT: ours (native) or fsspec's HTTP filesystem",
+    )
+    parser.add_argument(
+        "--image-dtype",
+        choices=("float32", "uint8"),
+        default="float32",
+        help="images STREAM, LOCAL, LEROBOT (where it can) and the workers return (FLOOR: uint8)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=_int_list("worker counts", 1),
+        nargs="?",
+        const=(),
+        default=None,
+        help="also run STREAM through a DataLoader with N persistent workers for each N of a "
+        "comma-separated list (e.g. 1,2,4; alone: 1, 2, 4, ... up to the cores present)",
+    )
+    parser.add_argument(
+        "--scaling-samples",
+        type=int_at_least(1),
+        default=None,
+        help="samples of each --num-workers run (default: --samples)",
+    )
+    windows = parser.add_argument_group("window-pool track (--unit window)")
+    windows.add_argument(
+        "--unit",
+        choices=("episode", "window"),
+        default="episode",
+        help="window: instead of the tracks above, compare EpisodePoolDataset(unit='window') "
+        "with the episode pool (samples per CPU-s, decoded frames per sample, peak RSS) and "
+        "their randomness with uniform sampling; --plot draws episodes-per-batch histograms",
+    )
+    windows.add_argument("--window-frames", type=int_at_least(1), default=32)
+    windows.add_argument("--decoded-budget", default="4GiB", help="decoded bytes (e.g. 4GiB)")
     add_bench_options(parser, samples_default=DEFAULT_SAMPLES)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.unit == "window":
+        return _run_windows(args)
     if (args.shard_index is None) != (args.shard_count is None):
         print("episodestream bench: give both --shard-index and --shard-count", file=sys.stderr)
         return 2
@@ -244,4 +317,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"JSON report: {report.write_json(args.json_path.replace('{rank}', rank))}")
     if args.plot_path:
         print(f"plot: {write_plot(report, args.plot_path.replace('{rank}', rank))}")
+    return 0
+
+
+def _run_windows(args: argparse.Namespace) -> int:
+    from episodestream.bench._windows_report import (
+        WindowBenchConfig,
+        format_window_report,
+        run_window_bench,
+        write_window_plot,
+    )
+
+    try:
+        config = WindowBenchConfig(
+            root=args.root,
+            window_frames=args.window_frames,
+            decoded_budget=args.decoded_budget,
+            byte_budget=args.byte_budget,
+            pool_size=args.pool_size,
+            rounds=args.rounds,
+            samples=args.samples,
+            batch_size=args.batch_size,
+            decode_threads=args.decode_threads,
+            seed=args.seed,
+            cache_dir=args.cache_dir,
+        )
+        report = run_window_bench(config)
+    except ValueError as error:
+        print(f"episodestream bench: {error}", file=sys.stderr)
+        return 2
+    print(format_window_report(report))
+    if args.plot_path:
+        print(f"plot: {write_window_plot(report, args.plot_path.replace('{rank}', '0'))}")
     return 0

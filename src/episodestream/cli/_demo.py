@@ -12,38 +12,9 @@ from episodestream.bench._demo import (
     format_demo,
     run_demo,
 )
+from episodestream.cli._types import int_at_least, non_negative_float, positive_float
 
 __all__ = ["register"]
-
-
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,20 +49,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--cache-dir", default=None, help="cache root (default $EPISODESTREAM_CACHE)"
     )
-    parser.add_argument("--rtt-ms", type=_non_negative_float, default=DEMO_RTT_MS)
+    parser.add_argument("--rtt-ms", type=non_negative_float, default=DEMO_RTT_MS)
     parser.add_argument(
         "--bandwidth-mibps",
-        type=_positive_float,
+        type=positive_float,
         default=DEMO_BANDWIDTH_MIBPS,
         help="per-connection cap of the emulated link",
     )
-    parser.add_argument("--samples", type=_int_at_least(1), default=None)
-    parser.add_argument("--keepup-samples", type=_int_at_least(0), default=None)
-    parser.add_argument("--naive-samples", type=_int_at_least(0), default=None)
-    parser.add_argument("--target-samples-s", type=_positive_float, default=None)
-    parser.add_argument("--pool-size", type=_int_at_least(1), default=None)
+    parser.add_argument("--samples", type=int_at_least(1), default=None)
+    parser.add_argument("--keepup-samples", type=int_at_least(0), default=None)
+    parser.add_argument("--naive-samples", type=int_at_least(0), default=None)
+    parser.add_argument("--target-samples-s", type=positive_float, default=None)
+    parser.add_argument("--pool-size", type=int_at_least(1), default=None)
     parser.add_argument("--decoder", choices=("auto", "torchcodec", "pyav"), default=None)
-    parser.add_argument("--decode-threads", type=_int_at_least(0), default=None)
+    parser.add_argument("--decode-threads", type=int_at_least(0), default=None)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
     parser.set_defaults(handler=run)

@@ -3,31 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
 
+from episodestream.cli._types import int_at_least
 from episodestream.lerobot import DatasetMeta, open_dataset_files
 from episodestream.manifest import (
     DEFAULT_BUILD_WORKERS,
+    DEFAULT_PUBLISH_MESSAGE,
     PUBLISHED_SIDECAR_PATH,
+    EpisodeManifest,
     build_manifest,
+    publish_sidecar,
     sidecar_cache_path,
     write_sidecar,
 )
-from episodestream.storage import Location, RangeReader
+from episodestream.storage import Location, RangeReader, check_publishable
 
 __all__ = ["open_dataset", "register"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def open_dataset(root: str, data_root: str | None = None) -> tuple[RangeReader, DatasetMeta]:
@@ -51,8 +46,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="build a dataset's sidecar index (episode spans and MP4 sample tables)",
         description=(
             "Read every video file's moov once and write the sidecar index. By default it goes "
-            "to the local cache (where training finds it); publish it by copying it to "
-            f"ROOT/{PUBLISHED_SIDECAR_PATH}."
+            "to the local cache (where training finds it); --publish also writes it to "
+            f"ROOT/{PUBLISHED_SIDECAR_PATH}, where every other user's first run finds it "
+            "(a commit on a Hub repo's branch, or a pull request with --publish-pr; a bucket, "
+            "S3 or a local root). With --data-root it goes under ROOT, beside meta/."
         ),
     )
     parser.add_argument("root", help="dataset root: a local path, http(s)://, hf:// or s3:// URL")
@@ -61,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--workers",
-        type=_positive_int,
+        type=int_at_least(1),
         default=DEFAULT_BUILD_WORKERS,
         help=f"files indexed concurrently (default {DEFAULT_BUILD_WORKERS})",
     )
@@ -70,10 +67,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_root_argument(parser)
+    publishing = parser.add_argument_group("publishing")
+    publishing.add_argument(
+        "--publish",
+        action="store_true",
+        help=f"after checking it, publish the sidecar to ROOT/{PUBLISHED_SIDECAR_PATH} "
+        "(Hub token from HF_TOKEN or `hf auth login`; S3 credentials as boto finds them); "
+        "the local copy stays",
+    )
+    publishing.add_argument(
+        "--publish-pr",
+        action="store_true",
+        help="Hub repos: open a pull request with the sidecar instead of committing to the "
+        "branch (when you may not write to it); implies --publish",
+    )
+    publishing.add_argument(
+        "--publish-message",
+        default=DEFAULT_PUBLISH_MESSAGE,
+        help="Hub repos: the commit (or pull request) title",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.publish or args.publish_pr:  # refused now rather than after the build
+        check_publishable(args.root, create_pr=args.publish_pr)
     reader, meta = open_dataset(args.root, args.data_root)
     with reader:
         started = time.monotonic()
@@ -81,6 +99,39 @@ def run(args: argparse.Namespace) -> int:
         output = args.output or sidecar_cache_path(meta, args.cache_dir)
         write_sidecar(manifest, output)
         seconds = time.monotonic() - started
+        _report_build(manifest, seconds)
+        if args.publish or args.publish_pr:
+            if args.no_progress:
+                _quiet_hub_progress()
+            published = publish_sidecar(
+                output,
+                reader,
+                meta,
+                args.root,
+                create_pr=args.publish_pr,
+                commit_message=args.publish_message,
+            )
+            if not published.changed:
+                print(f"{published.destination} already holds this sidecar", file=sys.stderr)
+            else:
+                made = published.pull_request or published.commit
+                print(
+                    f"published {published.destination}" + (f" ({made})" if made else ""),
+                    file=sys.stderr,
+                )
+    print(output)
+    return 0
+
+
+def _quiet_hub_progress() -> None:
+    """No upload bars from huggingface_hub / Xet either (this process is the CLI's own)."""
+    with contextlib.suppress(ImportError):  # the `hub` extra is not installed: nothing to quiet
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def _report_build(manifest: EpisodeManifest, seconds: float) -> None:
     stats = manifest.build_stats
     requests = f", {stats.requests} requests, {stats.bytes_read} bytes read" if stats else ""
     print(
@@ -89,5 +140,3 @@ def run(args: argparse.Namespace) -> int:
         f"{requests}",
         file=sys.stderr,
     )
-    print(output)
-    return 0

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from episodestream.cli._index import add_data_root_argument, open_dataset
+from episodestream.lerobot import open_metadata_reader
 from episodestream.manifest import load_sidecar, sidecar_status, source_info
+from episodestream.storage import Location
 
 __all__ = ["register"]
 
@@ -37,8 +40,17 @@ def _size(num_bytes: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     reader, meta = open_dataset(args.root, args.data_root)
-    with reader:
-        statuses = sidecar_status(reader, meta, sidecar=args.sidecar, cache_dir=args.cache_dir)
+    with reader, contextlib.ExitStack() as stack:
+        published = None
+        if args.data_root is not None:
+            published = stack.enter_context(open_metadata_reader(Location.parse(args.root), meta))
+        statuses = sidecar_status(
+            reader,
+            meta,
+            sidecar=args.sidecar,
+            cache_dir=args.cache_dir,
+            published_reader=published,
+        )
         valid = next((s for s in statuses if s.state == "valid" and s.where != "published"), None)
         codecs: dict[str, tuple[str, ...]] = {}
         if valid is not None:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from episodestream.demo import DEMO_SPEC, PRESETS, SyntheticSpec, write_synthetic_dataset
-from episodestream.demo._synthetic_video import CONTENTS
+from episodestream.synthetic import DEMO_SPEC, PRESETS, SyntheticSpec, write_synthetic_dataset
+from episodestream.synthetic._synthetic_video import CONTENTS
 
 __all__ = ["register"]
 

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from episodestream.cli._types import non_negative_float, port
 from episodestream.serving import WanSettings, serve_dataset
 
 __all__ = ["register"]
@@ -19,26 +20,6 @@ __all__ = ["register"]
 DEFAULT_RTT_MS = 50.0
 DEFAULT_BANDWIDTH_MIBPS = 40.0
 _POLL_S = 0.5
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,26 +34,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("dir", type=Path, help="folder to serve at /")
     parser.add_argument(
-        "--port", type=_port, default=None, help="port of the emulated link (default: free port)"
+        "--port", type=port, default=None, help="port of the emulated link (default: free port)"
     )
     parser.add_argument(
-        "--nginx-port", type=_port, default=None, help="nginx's own port (default: free port)"
+        "--nginx-port", type=port, default=None, help="nginx's own port (default: free port)"
     )
     parser.add_argument(
         "--rtt-ms",
-        type=_non_negative,
+        type=non_negative_float,
         default=DEFAULT_RTT_MS,
         help=f"round-trip time added, ms (default {DEFAULT_RTT_MS:g})",
     )
     parser.add_argument(
         "--bandwidth-mibps",
-        type=_non_negative,
+        type=non_negative_float,
         default=DEFAULT_BANDWIDTH_MIBPS,
         help=f"per-connection cap, MiB/s; 0 = no cap (default {DEFAULT_BANDWIDTH_MIBPS:g})",
     )
     parser.add_argument(
         "--connect-rtts",
-        type=_non_negative,
+        type=non_negative_float,
         default=1.0,
         help="round trips charged when a connection opens (default 1: a TCP handshake)",
     )

@@ -5,11 +5,12 @@
 """
 
 from episodestream.datasets._map import EpisodeStreamDataset
-from episodestream.datasets._options import StreamOptions, parse_bytes
+from episodestream.datasets._options import DEFAULT_BYTE_BUDGET, StreamOptions, parse_bytes
 from episodestream.datasets._pool import EpisodePoolDataset
 from episodestream.datasets._transport import images_to_float
 
 __all__ = [
+    "DEFAULT_BYTE_BUDGET",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
     "StreamOptions",

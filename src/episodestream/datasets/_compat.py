@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from episodestream._checks import check_options
-from episodestream.datasets._options import StreamOptions
+from episodestream.datasets._options import StreamOptions, resolve_stream_options
 from episodestream.decode import BackendName
-from episodestream.errors import ConfigError
+from episodestream.errors import ConfigError, ConfigTypeError
 from episodestream.lerobot import DatasetMeta, LeRobotMetadata
-from episodestream.storage import Location
+from episodestream.storage import BaseRangeReader, Location, RangeReader
 
 __all__ = [
     "LEROBOT_NO_EFFECT_ARGS",
     "DatasetName",
     "LeRobotSurface",
     "check_depth",
+    "dataset_options",
     "decoder_for_backend",
     "lerobot_meta",
     "resolve_dataset_name",
@@ -87,15 +88,24 @@ def resolve_dataset_name(
     root: str | os.PathLike[str] | Location | None,
     *,
     repo_type: str = "dataset",
+    reader: RangeReader | None = None,
 ) -> DatasetName:
     """Accept both our spelling (``Dataset(root)``) and LeRobot's (``Dataset(repo_id,
-    root=...)``; without ``root``, ``repo_id`` streams from the Hub).
+    root=...)``; without ``root``, ``repo_id`` streams from the Hub). A dataset handed a
+    ``reader`` and neither is named by the reader's root.
 
     Raises:
-        ConfigError: neither given, or ``repo_type`` unknown.
+        ConfigError: neither given (nor a reader), or ``repo_type`` unknown.
     """
     if repo_type not in ("dataset", "bucket"):
         raise ConfigError(f"repo_type must be 'dataset' or 'bucket', got {repo_type!r}")
+    if reader is not None and not isinstance(reader, BaseRangeReader):
+        raise ConfigTypeError(
+            f"reader must be a RangeReader (a BaseRangeReader subclass), "
+            f"got {type(reader).__name__}"
+        )
+    if root is None and repo_id is None and reader is not None:
+        root = reader.root
     if root is None:
         if repo_id is None:
             raise ConfigError("a dataset needs a root (path or URL) or a repo_id")
@@ -141,6 +151,40 @@ def split_lerobot_args(options: Mapping[str, Any], what: str) -> dict[str, Any]:
     # the rest become StreamOptions: name a typo here, not as StreamOptions.__init__'s TypeError
     check_options(what, kept, (f.name for f in fields(StreamOptions)))
     return kept
+
+
+def dataset_options(
+    what: str,
+    options: StreamOptions | None,
+    keywords: Mapping[str, Any],
+    *,
+    revision: str | None,
+    video_backend: str | None,
+    decoder: BackendName,
+    device: str,
+    byte_budget: int | str,
+    tolerance_s: float | None,
+    default_byte_budget: int | str,
+) -> StreamOptions:
+    """A dataset's :class:`StreamOptions` from its constructor: ``options=`` as given, or built
+    from the shortcut parameters and the other keyword options (LeRobot's no-effect arguments
+    dropped, LeRobot's ``video_backend`` and ``tolerance_s`` mapped)."""
+    kept = split_lerobot_args(keywords, what)
+    if tolerance_s is not None:
+        kept["tolerance_s"] = tolerance_s
+    shortcuts = {
+        "revision": revision,
+        "decoder": decoder_for_backend(video_backend, decoder),
+        "device": device,
+        "byte_budget": byte_budget,
+    }
+    defaults = {"revision": None, "decoder": "auto", "device": "cpu"}
+    return resolve_stream_options(
+        options,
+        {**shortcuts, **kept},
+        {**defaults, "byte_budget": default_byte_budget},
+        what=what,
+    )
 
 
 def lerobot_meta(meta: DatasetMeta, name: DatasetName, revision: str | None) -> LeRobotMetadata:

@@ -16,10 +16,23 @@ from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEp
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import ImageTransform, SampleBuilder
 from episodestream.decode import DecoderPool, open_decoder, resolve_backend
-from episodestream.errors import BudgetError, DatasetFormatError, LocationError, SamplingError
-from episodestream.lerobot import DatasetMeta, EpisodeRowReader, open_dataset_files
+from episodestream.errors import (
+    BudgetError,
+    ConfigError,
+    ConfigTypeError,
+    DatasetFormatError,
+    LocationError,
+    SamplingError,
+)
+from episodestream.lerobot import (
+    DatasetMeta,
+    EpisodeRowReader,
+    load_dataset_meta,
+    open_dataset_files,
+    open_metadata_reader,
+)
 from episodestream.manifest import EpisodeManifest, open_manifest
-from episodestream.storage import Location, RangeReader
+from episodestream.storage import BaseRangeReader, Location, RangeReader
 
 __all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
 
@@ -42,36 +55,52 @@ class OpenedDataset:
     episode_ids: np.ndarray  # selected episodes, in the caller's order
     episode_lengths: np.ndarray  # frames of each selected episode
     episode_nbytes: np.ndarray  # clip bytes (all cameras) of each selected episode, bounded
+    owns_reader: bool = True  # False: the caller handed the reader in and closes it
 
     @property
     def num_frames(self) -> int:
         return int(self.episode_lengths.sum())
 
     def close(self) -> None:
-        self.reader.close()
+        if self.owns_reader:
+            self.reader.close()
 
 
 def open_dataset(
-    root: str | Location, episodes: object, options: StreamOptions, *, root_label: str | None = None
+    root: str | Location,
+    episodes: object,
+    options: StreamOptions,
+    *,
+    root_label: str | None = None,
+    reader: RangeReader | None = None,
 ) -> OpenedDataset:
-    """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest."""
+    """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest.
+
+    With ``reader``, the dataset is read through it (``root`` only names the dataset); the
+    caller keeps it: neither an error here nor closing the dataset closes it.
+    """
     # fail fast on a backend that cannot run here; loading it now (torchcodec takes seconds)
     # also lets forked DataLoader workers inherit it instead of each loading it again
     resolve_backend(options.decoder, options.device)
     location = Location.parse(root)
-    if options.revision is not None:
-        if location.kind != "hub":
-            raise LocationError(
-                f"revision={options.revision!r} applies to hf:// roots only, not {location.url!r}"
-            )
-        location = dataclasses.replace(location, revision=options.revision)
-    reader, meta = open_dataset_files(
-        location,
-        label=root_label,
-        data_root=options.data_root,
-        reader_options=options.reader_options,
-        data_reader_options=options.data_reader_options,
-    )
+    owns_reader = reader is None
+    if reader is not None:
+        reader, meta = _open_through(reader, location, options, root_label)
+    else:
+        if options.revision is not None:
+            if location.kind != "hub":
+                raise LocationError(
+                    f"revision={options.revision!r} applies to hf:// roots only, "
+                    f"not {location.url!r}"
+                )
+            location = dataclasses.replace(location, revision=options.revision)
+        reader, meta = open_dataset_files(
+            location,
+            label=root_label,
+            data_root=options.data_root,
+            reader_options=options.reader_options,
+            data_reader_options=options.data_reader_options,
+        )
     try:
         unsupported = meta.image_keys
         if unsupported:
@@ -80,19 +109,31 @@ def open_dataset(
                 "inside Parquet); episodestream streams 'video' features only"
             )
         ids = _select_episodes(meta, episodes)
-        manifest = open_manifest(
-            reader,
-            meta,
-            sidecar=options.sidecar,
-            cache_dir=options.cache_dir,
-            build=options.build_index,
-            progress=options.progress,
+        # split roots: a published sidecar lives beside meta/ (index --publish writes it there)
+        published = (
+            open_metadata_reader(location, meta, options.reader_options)
+            if options.data_root
+            else None
         )
+        try:
+            manifest = open_manifest(
+                reader,
+                meta,
+                sidecar=options.sidecar,
+                cache_dir=options.cache_dir,
+                build=options.build_index,
+                progress=options.progress,
+                published_reader=published,
+            )
+        finally:
+            if published is not None:
+                published.close()
         rows = meta.episodes.rows(ids)
         lengths = meta.episodes.length[rows].astype(np.int64)
         payload = manifest.episode_bytes().sum(axis=1)[manifest_rows(manifest, ids)]
     except BaseException:
-        reader.close()
+        if owns_reader:
+            reader.close()
         raise
     headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
     return OpenedDataset(
@@ -103,6 +144,7 @@ def open_dataset(
         episode_ids=ids,
         episode_lengths=lengths,
         episode_nbytes=(payload + headers).astype(np.int64),
+        owns_reader=owns_reader,
     )
 
 
@@ -115,11 +157,15 @@ def open_for_samples(
     image_dtype: ImageDtype,
     image_transforms: ImageTransform | None,
     resident_episodes: int,
+    reader: RangeReader | None = None,
 ) -> tuple[OpenedDataset, SampleBuilder]:
     """What both dataset classes open first: the dataset, its sample builder, and a budget
     check for ``resident_episodes`` pinned at once; the reader is closed on any error."""
     dataset = open_dataset(
-        os.fspath(root) if isinstance(root, os.PathLike) else root, episodes, options
+        os.fspath(root) if isinstance(root, os.PathLike) else root,
+        episodes,
+        options,
+        reader=reader,
     )
     try:
         samples = SampleBuilder(
@@ -138,6 +184,31 @@ def open_for_samples(
         dataset.close()
         raise
     return dataset, samples
+
+
+def _open_through(
+    reader: RangeReader, location: Location, options: StreamOptions, root_label: str | None
+) -> tuple[RangeReader, DatasetMeta]:
+    """The metadata of a dataset read through a reader the caller opened (and keeps)."""
+    if not isinstance(reader, BaseRangeReader):
+        raise ConfigTypeError(
+            f"reader must be a RangeReader (a BaseRangeReader subclass), "
+            f"got {type(reader).__name__}"
+        )
+    opened_here = {
+        "revision": options.revision,
+        "data_root": options.data_root,
+        "reader_options": options.reader_options.given() or None,
+        "data_reader_options": options.data_reader_options,
+    }
+    given = sorted(name for name, value in opened_here.items() if value is not None)
+    if given:
+        raise ConfigError(
+            f"reader= is already open: {', '.join(given)} would open another; "
+            "open the reader with them instead"
+        )
+    meta = load_dataset_meta(reader, root=root_label or location.url, revision=reader.revision)
+    return reader, meta
 
 
 def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:
@@ -235,6 +306,8 @@ class StreamEngine:
                 device=options.device,
                 threads=options.ffmpeg_threads,
                 name=f"episode {resident.episode} / {camera}",
+                # from the manifest: spares the decoder a pass over the clip's packets
+                frame_times_s=clip.frame_times_s,
             )
 
         with self.decoders.lease(key, open_clip) as decoder:

@@ -15,19 +15,21 @@ import torch.utils.data
 from episodestream.datasets._compat import (
     LeRobotSurface,
     check_depth,
-    decoder_for_backend,
+    dataset_options,
     lerobot_meta,
     resolve_dataset_name,
-    split_lerobot_args,
 )
 from episodestream.datasets._engine import StreamEngine, open_for_samples
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigTypeError
-from episodestream.storage import Location
+from episodestream.storage import Location, RangeReader
 
 __all__ = ["EpisodeStreamDataset"]
+
+
+_BYTE_BUDGET = "2GiB"
 
 
 class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
@@ -82,20 +84,24 @@ class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
         image_dtype: ImageDtype = "float32",
         decoder: BackendName = "auto",
         device: str = "cpu",
-        byte_budget: int | str = "2GiB",
+        byte_budget: int | str = _BYTE_BUDGET,
         prefetch_next: bool = True,
-        **options: Any,
+        options: StreamOptions | None = None,
+        reader: RangeReader | None = None,
+        **stream_options: Any,
     ) -> None:
-        options = split_lerobot_args(options, "EpisodeStreamDataset")
-        if tolerance_s is not None:
-            options["tolerance_s"] = tolerance_s
-        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type)
-        self.options = StreamOptions(
+        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
+        self.options = dataset_options(
+            "EpisodeStreamDataset",
+            options,
+            stream_options,
             revision=revision,
-            decoder=decoder_for_backend(video_backend, decoder),
+            video_backend=video_backend,
+            decoder=decoder,
             device=device,
             byte_budget=byte_budget,
-            **options,
+            tolerance_s=tolerance_s,
+            default_byte_budget=_BYTE_BUDGET,
         )
         self.dataset, self.samples = open_for_samples(
             self.name.location,
@@ -105,13 +111,14 @@ class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
             image_dtype="uint8" if return_uint8 else image_dtype,
             image_transforms=image_transforms,
             resident_episodes=1,
+            reader=reader,
         )
         # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
         self._requested_episodes = (
             None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
         )
         try:  # the reader is open: a refusal must close it
-            self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+            self._meta = lerobot_meta(self.dataset.meta, self.name, self.options.revision)
             check_depth(self._meta, depth_output_unit)
         except BaseException:
             self.dataset.close()

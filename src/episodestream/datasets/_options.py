@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from episodestream._checks import check_choice, check_int, check_number
+from episodestream.cache import DEFAULT_FETCH_WORKERS
 from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
-from episodestream.errors import BudgetError, ConfigTypeError
+from episodestream.errors import BudgetError, ConfigError, ConfigTypeError
+from episodestream.storage import ReaderOptions
 
 __all__ = [
     "DEFAULT_BYTE_BUDGET",
@@ -19,12 +21,12 @@ __all__ = [
     "ImageDtype",
     "StreamOptions",
     "parse_bytes",
+    "resolve_stream_options",
 ]
 
 ImageDtype = Literal["float32", "uint8"]
 
 DEFAULT_BYTE_BUDGET = 2 * 2**30
-DEFAULT_FETCH_WORKERS = 4
 #: How long a sample may wait for its episode's bytes before a StorageTimeout (seconds).
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 DEFAULT_MAX_OPEN_DECODERS = 64
@@ -91,8 +93,9 @@ class StreamOptions:
         wait_timeout_s: bound on waiting for one episode's bytes.
         sidecar: explicit sidecar index path; cache_dir: local cache folder for sidecars.
         build_index: build the manifest from the videos when no sidecar is usable.
-        reader_options: passed to :func:`episodestream.storage.open_reader` (token, timeouts,
-            storage_options for fsspec, ...).
+        reader_options: how the reader reaches the store: a
+            :class:`~episodestream.storage.ReaderOptions` (token, timeouts, limits, retry,
+            storage_options for fsspec, ...) or a dict of its fields.
         max_open_decoders, max_decoder_bytes: bounds of the open-decoder LRU.
         data_root: where ``data/`` and ``videos/`` live when not beside ``meta/`` (metadata
             from a Hub repo at a revision, videos and Parquet from a bucket, say); the same
@@ -112,13 +115,13 @@ class StreamOptions:
     cache_dir: str | os.PathLike[str] | None = None
     build_index: bool = True
     progress: bool = False
-    # may hold a token: never in repr()
-    reader_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    # may hold a token: never in repr(); a dict of ReaderOptions' fields is taken too
+    reader_options: ReaderOptions = field(default_factory=ReaderOptions, repr=False)
     max_open_decoders: int = DEFAULT_MAX_OPEN_DECODERS
     max_decoder_bytes: int = DEFAULT_MAX_DECODER_BYTES
     data_root: str | os.PathLike[str] | None = None
     # may hold a token: never in repr()
-    data_reader_options: dict[str, Any] | None = field(default=None, repr=False)
+    data_reader_options: ReaderOptions | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
@@ -134,13 +137,51 @@ class StreamOptions:
                 raise ConfigTypeError(f"{name} must be a str, got {value!r}")
         if self.data_root is not None and not isinstance(self.data_root, str | os.PathLike):
             raise ConfigTypeError(f"data_root must be a str or path, got {self.data_root!r}")
-        if self.data_reader_options is not None and not isinstance(
-            self.data_reader_options, Mapping
-        ):
-            raise ConfigTypeError(
-                f"data_reader_options must be a dict, got {type(self.data_reader_options).__name__}"
+        # typed at once: a misspelt option fails here, naming it, not when a reader opens
+        object.__setattr__(
+            self, "reader_options", ReaderOptions.coerce(self.reader_options, what="reader_options")
+        )
+        if self.data_reader_options is not None:
+            object.__setattr__(
+                self,
+                "data_reader_options",
+                ReaderOptions.coerce(self.data_reader_options, what="data_reader_options"),
             )
-        if not isinstance(self.reader_options, Mapping):
-            raise ConfigTypeError(
-                f"reader_options must be a dict, got {type(self.reader_options).__name__}"
-            )
+
+
+def resolve_stream_options(
+    given: StreamOptions | None,
+    keywords: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    *,
+    what: str,
+) -> StreamOptions:
+    """A dataset's options: ``given`` as it is, or built from its keyword arguments.
+
+    ``keywords`` are the constructor's stream options as called (shortcut parameters and
+    ``**options``); ``defaults`` the shortcut parameters' defaults. Passing ``options=`` with
+    a keyword option that is not at its default is ambiguous, and refused.
+
+    Raises:
+        ConfigTypeError: ``given`` is not a :class:`StreamOptions`.
+        ConfigError: ``options=`` and keyword options both given; names the keywords.
+    """
+    if given is None:
+        return StreamOptions(**keywords)
+    if not isinstance(given, StreamOptions):
+        raise ConfigTypeError(
+            f"{what}: options must be a StreamOptions, got {type(given).__name__}"
+        )
+    # compared as StreamOptions hold them (a byte size in any spelling: 2**31 is "2GiB")
+    called, default = StreamOptions(**keywords), StreamOptions(**defaults)
+    clashing = sorted(
+        name
+        for name in keywords
+        if name not in defaults or getattr(called, name) != getattr(default, name)
+    )
+    if clashing:
+        raise ConfigError(
+            f"{what}: options= already says how to stream; set {', '.join(clashing)} in the "
+            "StreamOptions (dataclasses.replace) instead of as keyword arguments"
+        )
+    return given

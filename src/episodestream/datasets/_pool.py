@@ -10,8 +10,9 @@ import multiprocessing.context
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future
 from typing import Any, Literal
 
 import numpy as np
@@ -21,10 +22,9 @@ from episodestream._checks import check_choice, check_int
 from episodestream.datasets._compat import (
     LeRobotSurface,
     check_depth,
-    decoder_for_backend,
+    dataset_options,
     lerobot_meta,
     resolve_dataset_name,
-    split_lerobot_args,
 )
 from episodestream.datasets._engine import (
     OpenedDataset,
@@ -32,7 +32,11 @@ from episodestream.datasets._engine import (
     check_budget,
     open_for_samples,
 )
-from episodestream.datasets._options import ImageDtype, StreamOptions, parse_bytes
+from episodestream.datasets._options import (
+    ImageDtype,
+    StreamOptions,
+    parse_bytes,
+)
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.datasets._windows import (
     DEFAULT_DECODE_AHEAD,
@@ -41,12 +45,14 @@ from episodestream.datasets._windows import (
     max_window_bytes,
 )
 from episodestream.datasets._world import detect_rank, detect_slot
-from episodestream.decode import BackendName, DecodeExecutor
-from episodestream.errors import SamplingError
+from episodestream.decode import DEFAULT_DECODE_THREADS, BackendName, DecodeExecutor
+from episodestream.errors import DecodeError, SamplingError
 from episodestream.sampling import (
+    DEFAULT_SPREAD,
     DEFAULT_WINDOW_FRAMES,
     PoolParams,
     PoolSchedule,
+    ResumeState,
     WindowParams,
     WindowSchedule,
     WorkerSlot,
@@ -56,23 +62,22 @@ from episodestream.sampling import (
     split_budget,
     window_slots,
 )
-from episodestream.storage import Location
+from episodestream.storage import Location, RangeReader
 
 __all__ = ["EpisodePoolDataset"]
 
 logger = logging.getLogger(__name__)
 
-POOL_STATE_VERSION = 1
-DEFAULT_DECODE_THREADS = 2
 DEFAULT_DECODED_BUDGET = "4GiB"
+_BYTE_BUDGET = "8GiB"
 PoolUnit = Literal["episode", "window"]
-# resume-state fields a window pool adds: its order depends on them
-_WINDOW_STATE_FIELDS = ("window_frames", "decoded_budget", "window_bytes")
 #: bound on waiting for one decoded sample (decode of one multi-camera sample)
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
 _METRICS_WINDOW = 32
 #: threads reading Parquet rows ahead (network-bound reads of entering episodes)
 _ROWS_THREADS = 2
+#: row reads queued per episode the rows cache holds (reads are queued once per episode)
+_ROWS_QUEUE_PER_EPISODE = 2
 
 
 class _PoolMetrics:
@@ -123,6 +128,73 @@ class _PoolMetrics:
             }
 
 
+class _PassThreads:
+    """One process's fetch, rows and decode threads and the engine they serve, kept from one
+    pass (epoch) to the next.
+
+    Fresh threads every pass made glibc give each new thread a malloc arena of its own, and
+    RSS grew by a few MiB per pass; kept threads keep their arenas, so memory stays flat.
+    They belong to the process that started them: a forked child (a DataLoader worker)
+    inherits the object but not the threads, and never uses or closes it.
+    """
+
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        options: StreamOptions,
+        *,
+        byte_budget: int,
+        decode_threads: int,
+        decode_pending: int,
+        rows_pending: int,
+    ) -> None:
+        #: what the threads were sized for: a pass needing other sizes starts its own
+        self.key = (byte_budget, decode_threads, decode_pending, rows_pending)
+        self.pid = os.getpid()
+        self.engine = StreamEngine(dataset, options, byte_budget=byte_budget)
+        decode: DecodeExecutor | None = None
+        try:
+            decode = DecodeExecutor(
+                decode_threads, max_pending=decode_pending, name="episodestream-pool"
+            )
+            # rows read ahead on threads of their own: a Parquet read over a WAN must not
+            # hold a decode thread
+            rows = DecodeExecutor(
+                _ROWS_THREADS, max_pending=rows_pending, name="episodestream-rows"
+            )
+        except BaseException:
+            if decode is not None:
+                decode.close()
+            self.engine.close()
+            raise
+        self.decode, self.rows = decode, rows
+
+    def start_pass(self) -> None:
+        """Counters from zero: metrics() reports the pass that starts now."""
+        self.engine.cache.reset_metrics()
+        self.engine.decoders.reset_stats()
+
+    def close(self) -> None:
+        """Join every thread (idempotent); a no-op in a process that did not start them."""
+        if os.getpid() != self.pid:
+            return
+        # the engine first: a pass still running in another thread then fails fast with a
+        # typed error (cache or decoder pool closed) instead of waiting on cancelled work
+        self.engine.close()
+        self.decode.close()
+        self.rows.close()
+
+
+def _close_parked(parked: list[_PassThreads]) -> None:
+    """Finalizer of a dataset dropped without close(), also run at interpreter exit."""
+    while parked:
+        try:
+            threads = parked.pop()
+        except IndexError:  # emptied by another thread meanwhile
+            return
+        threads.close()
+
+
 class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
     """Iterable dataset drawing every selected frame exactly once per epoch from a pool of
     resident episodes (see DESIGN.md, "Exact-coverage pool").
@@ -137,6 +209,11 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
     Resume: ``state_dict(samples_consumed=..., num_workers=..., batch_size=...)`` then, in a new
     run, ``load_state_dict(state)`` before iterating: the iteration yields exactly the samples
     the interrupted one had not delivered, in the same order. Call ``set_epoch(e)`` each epoch.
+
+    Threads: an iteration that runs to its end keeps this process's fetch, rows and decode
+    threads for the next one (in persistent DataLoader workers too): no epoch starts fresh
+    threads, which glibc gave fresh malloc arenas. One ended early (``break``, an error) stops
+    them. ``close()`` joins them all, as does dropping the dataset or leaving the interpreter.
 
     ``unit="window"`` (DESIGN.md, "Decode once (window pool)") makes the resident unit a window
     of ``window_frames`` consecutive frames of one episode (all cameras), decoded once, in
@@ -155,7 +232,7 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         *,
         pool_size: int = 16,
         prefetch_episodes: int = 8,
-        byte_budget: int | str = "8GiB",
+        byte_budget: int | str = _BYTE_BUDGET,
         seed: int | None = 0,
         shuffle: bool = True,
         episodes: Sequence[int] | None = None,
@@ -177,16 +254,15 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         unit: PoolUnit = "episode",
         window_frames: int = DEFAULT_WINDOW_FRAMES,
         decoded_budget: int | str = DEFAULT_DECODED_BUDGET,
-        **options: Any,
+        options: StreamOptions | None = None,
+        reader: RangeReader | None = None,
+        **stream_options: Any,
     ) -> None:
         super().__init__()
         self.unit: PoolUnit = check_choice("unit", unit, ("episode", "window"))
         self.window_frames = check_int("window_frames", window_frames, minimum=1)
         self.decoded_budget = parse_bytes(decoded_budget, name="decoded_budget")
-        options = split_lerobot_args(options, "EpisodePoolDataset")
-        if tolerance_s is not None:
-            options["tolerance_s"] = tolerance_s
-        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type)
+        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
         # LeRobot's StreamingLeRobotDataset takes seed=None for "unseeded"; the pool's order
         # must be reproducible across ranks and workers, so None means the default seed
         self.params = PoolParams(
@@ -208,12 +284,17 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         if self.max_pending_samples < 1:
             raise SamplingError(f"max_pending_samples must be >= 1, got {max_pending_samples}")
         self._rank_args = (rank, world_size)
-        self.options = StreamOptions(
+        self.options = dataset_options(
+            "EpisodePoolDataset",
+            options,
+            stream_options,
             revision=revision,
-            decoder=decoder_for_backend(video_backend, decoder),
+            video_backend=video_backend,
+            decoder=decoder,
             device=device,
             byte_budget=byte_budget,
-            **options,
+            tolerance_s=tolerance_s,
+            default_byte_budget=_BYTE_BUDGET,
         )
         self.dataset, self.samples = open_for_samples(
             self.name.location,
@@ -223,13 +304,14 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             image_dtype="uint8" if return_uint8 else image_dtype,
             image_transforms=image_transforms,
             resident_episodes=pool_size,
+            reader=reader,
         )
         # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
         self._requested_episodes = (
             None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
         )
         try:  # the reader is open: any refusal below must close it
-            self._meta = lerobot_meta(self.dataset.meta, self.name, revision)
+            self._meta = lerobot_meta(self.dataset.meta, self.name, self.options.revision)
             check_depth(self._meta, depth_output_unit)
             #: decoded bytes of the largest window (margins included), from info.json's shapes
             self.window_bytes = max_window_bytes(
@@ -243,9 +325,10 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         except BaseException:
             self.dataset.close()
             raise
-        if "max_open_decoders" not in options:
+        if options is None and "max_open_decoders" not in stream_options:
             # one decoder per resident (and next) episode-camera per decode thread, so random
             # draws across the pool reuse decoders instead of reopening evicted ones
+            # (options= given: used as it is)
             cameras = len(self.dataset.meta.video_keys)
             wanted = (pool_size + 1) * cameras * max(decode_threads, 1)
             self.options = dataclasses.replace(
@@ -258,13 +341,36 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         self._worker_iterations = multiprocessing.get_context().RawValue("q", 0)
         # the worker iterations counted when this process last began iterating itself
         self._worker_iterations_seen = 0
-        self._resume: dict[str, Any] | None = None
+        #: a restored position (load_state_dict), until an iteration of its epoch resumes it
+        self._resume: ResumeState | None = None
         self._yielded = 0
         self._yielded_epoch: int | None = None
         self._iterated_workers: int | None = None
         self._metrics: _PoolMetrics | None = None
+        # the engine of the pass running in this process (metrics, close from another thread)
         self._engine: StreamEngine | None = None
         self._window_run: WindowRun | None = None
+        self._init_threads()
+
+    def _init_threads(self) -> None:
+        """Per-process thread state: none yet; a finalizer joins kept threads when this
+        dataset is dropped without close() or the interpreter exits."""
+        #: threads of the last finished pass, kept for the next one (at most one set)
+        self._parked: list[_PassThreads] = []
+        #: threads of the pass running now
+        self._active: _PassThreads | None = None
+        #: close() calls so far: a pass that saw one after it started does not park
+        self._closes = 0
+        self._guard_lock = threading.Lock()
+        self._guard_pid = os.getpid()
+        weakref.finalize(self, _close_parked, self._parked)
+
+    def _guard(self) -> threading.Lock:
+        """The lock guarding the thread state, fresh in a forked child (where another
+        thread of the parent may have held it at the fork)."""
+        if self._guard_pid != os.getpid():
+            self._guard_lock, self._guard_pid = threading.Lock(), os.getpid()
+        return self._guard_lock
 
     # -- epochs and resume ----------------------------------------------------------------------
 
@@ -331,8 +437,8 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
                     "DataLoader workers iterated copies of this dataset, so this process "
                     "cannot know what the loader delivered"
                 )
-            if self._resume is not None and self._resume.get("kind", "rank") == "rank":
-                return dict(self._resume)  # restored, not iterated since
+            if self._resume is not None and self._resume.kind == "rank":
+                return self._resume.to_dict()  # restored, not iterated since
             if self._iterated_workers is None:
                 samples_consumed, num_workers = 0, num_workers or 1
             else:
@@ -348,30 +454,25 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             batch_size=batch_size,
             drop_last=drop_last,
         )
-        return {
+        return ResumeState(
+            kind="rank",
             **self._identity(rank, world_size),
-            "kind": "rank",
-            "num_workers": num_workers,
-            "batch_size": int(batch_size),
-            "drop_last": bool(drop_last),
-            "samples_consumed": int(samples_consumed),
-        }
+            num_workers=num_workers,
+            batch_size=batch_size,
+            drop_last=bool(drop_last),
+            samples_consumed=samples_consumed,
+        ).to_dict()
 
     def _identity(self, rank: int, world_size: int) -> dict[str, Any]:
-        """The fields every resume state carries: what makes two runs' orders the same."""
-        window = (
-            {
-                "unit": "window",
-                "window_frames": self.window_frames,
-                "decoded_budget": self.decoded_budget,
-                "window_bytes": self.window_bytes,
-            }
-            if self.unit == "window"
-            else {}
-        )
+        """:class:`ResumeState` fields of this run's order (what makes two runs' orders the
+        same), the window ones unset for an episode pool."""
+        window = self.unit == "window"
         return {
-            **window,
-            "version": POOL_STATE_VERSION,
+            "unit": self.unit,
+            "window_frames": self.window_frames if window else None,
+            "decoded_budget": self.decoded_budget if window else None,
+            "window_bytes": self.window_bytes if window else None,
+            "window_spread": DEFAULT_SPREAD if window else None,
             "seed": self.params.seed,
             "epoch": self.epoch,
             "pool_size": self.params.pool_size,
@@ -388,114 +489,51 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         position counts until iteration resumes it)."""
         if self._yielded_epoch == self.epoch:
             return self._yielded
-        if self._resume is not None and self._resume["epoch"] == self.epoch:
-            key = "samples_yielded" if self._resume.get("kind") == "worker" else "samples_consumed"
-            return int(self._resume[key])
+        resume = self._resume
+        if resume is not None and resume.epoch == self.epoch:
+            worker = resume.kind == "worker"
+            return int((resume.samples_yielded if worker else resume.samples_consumed) or 0)
         return 0
 
     def _worker_state(self, worker: int, num_workers: int) -> dict[str, Any]:
         rank, world_size = detect_rank(*self._rank_args)
-        return {
+        return ResumeState(
+            kind="worker",
             **self._identity(rank, world_size),
-            "kind": "worker",
-            "worker": int(worker),
-            "num_workers": int(num_workers),
-            "samples_yielded": self._progress(),
-        }
+            num_workers=num_workers,
+            worker=worker,
+            samples_yielded=self._progress(),
+        ).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`; the next iteration of its epoch continues it.
 
         Takes both a rank's state (from ``state_dict(samples_consumed=...)``) and a DataLoader
-        worker's own (what ``StatefulDataLoader`` collects and restores per worker)."""
-        kind = state.get("kind", "rank") if isinstance(state, Mapping) else None
-        if kind not in ("rank", "worker"):
-            raise SamplingError(f"resume state kind {kind!r} is not 'rank' or 'worker'")
-        required = (
-            "version",
-            "seed",
-            "epoch",
-            "pool_size",
-            "shuffle",
-            "rank",
-            "world_size",
-            "num_workers",
-            "episodes_digest",
-        ) + (
-            ("batch_size", "drop_last", "samples_consumed")
-            if kind == "rank"
-            else ("worker", "samples_yielded")
-        )
-        missing = [name for name in required if name not in state]
-        if missing:
-            raise SamplingError(f"resume state lacks field(s) {missing}")
-        if state["version"] > POOL_STATE_VERSION:
-            raise SamplingError(
-                f"resume state version {state['version']} is newer than {POOL_STATE_VERSION}"
-            )
+        worker's own (what ``StatefulDataLoader`` collects and restores per worker).
+
+        Raises:
+            SamplingError: the state is malformed or newer than this version reads, or it
+                does not resume this dataset's order (seed, pool, ranks, episode set, unit,
+                window parameters), naming the field.
+        """
+        saved = ResumeState.from_dict(state)
         rank, world_size = detect_rank(*self._rank_args)
-        expected = self._identity(rank, world_size)
-        if state.get("unit", "episode") != self.unit:
-            raise SamplingError(
-                f"resume state unit={state.get('unit', 'episode')!r} does not match this run's "
-                f"{self.unit!r}"
-            )
-        window_fields = _WINDOW_STATE_FIELDS if self.unit == "window" else ()
-        for name in (
-            "seed",
-            "pool_size",
-            "shuffle",
-            "rank",
-            "world_size",
-            "episodes_digest",
-            *window_fields,
-        ):
-            if state[name] != expected[name]:
-                raise SamplingError(
-                    f"resume state {name}={state[name]!r} does not match this run's "
-                    f"{expected[name]!r}"
-                    + (" (the episode set differs)" if name == "episodes_digest" else "")
-                )
-        self._epoch.value = int(state["epoch"])
-        self._resume = dict(state)
+        # this run's order at the saved kind and position: only the identity is compared
+        saved.check_matches(dataclasses.replace(saved, **self._identity(rank, world_size)))
+        self._epoch.value = saved.epoch
+        self._resume = saved
         # a restored position is a fresh start: earlier iterations here or in workers no
         # longer describe what comes next
         self._yielded_epoch = None
         self._worker_iterations_seen = int(self._worker_iterations.value)
 
     def _resume_slot(self, slot: WorkerSlot, plan) -> tuple[WorkerSlot, int]:
-        """The slot this DataLoader worker plays and the draws it has already delivered.
-
-        A fresh DataLoader polls worker 0 first, while the interrupted one would next have
-        polled some worker ``w``; so on resume DataLoader worker ``d`` plays worker
-        ``(d + w) % N`` of the saved run, and the batches come out in the original order.
-        """
+        """The slot this DataLoader worker plays and the draws it has already delivered
+        (:meth:`ResumeState.resume_position`); a fresh start outside the restored epoch."""
         state = self._resume
-        if state is None or state["epoch"] != self.epoch:
+        if state is None or state.epoch != self.epoch:
             return slot, 0
-        if state.get("kind") == "worker":
-            if (state["worker"], state["num_workers"]) != (slot.worker, slot.num_workers):
-                raise SamplingError(
-                    f"resume state of DataLoader worker {state['worker']} of "
-                    f"{state['num_workers']} was handed to worker {slot.worker} of "
-                    f"{slot.num_workers}"
-                )
-            return slot, int(state["samples_yielded"])
-        if state["num_workers"] != slot.num_workers:
-            raise SamplingError(
-                f"resume state num_workers={state['num_workers']} does not match this "
-                f"DataLoader's {slot.num_workers}"
-            )
-        totals = plan.frames_per_slot[slot.rank]
-        consumed = loader_consumption(
-            state["samples_consumed"],
-            worker_totals=totals,
-            batch_size=state["batch_size"],
-            drop_last=state["drop_last"],
-        )
-        first = _next_worker(consumed, totals, state["batch_size"], state["drop_last"])
-        worker = (slot.worker + first) % slot.num_workers
-        return slot.with_worker(worker, slot.num_workers), int(consumed[worker])
+        return state.resume_position(slot, plan.frames_per_slot[slot.rank])
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -527,32 +565,98 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             resident_episodes=min(self.params.pool_size, int(ids.size)),
             what=f"byte_budget share of worker {slot.worker} (rank {slot.rank})",
         )
-        engine = StreamEngine(self.dataset, self.options, byte_budget=budget)
+        rows_capacity = self.params.pool_size + self.prefetch_episodes + 1
+        decode_pending = self.max_pending_samples + 1
+        windows: tuple[int, int, int] | None = None
+        if self.unit == "window":
+            share = split_budget(self.decoded_budget, slot)
+            resident_windows, ahead = window_slots(
+                share, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
+            )
+            windows = (share, resident_windows, ahead)
+            rows_capacity += resident_windows
+            decode_pending = self.max_pending_samples + ahead + 2
+        threads, closes = self._start_pass(
+            byte_budget=budget,
+            decode_pending=decode_pending,
+            rows_pending=_ROWS_QUEUE_PER_EPISODE * rows_capacity,
+        )
         metrics = _PoolMetrics()
-        self._engine, self._metrics, self._window_run = engine, metrics, None
+        self._engine, self._metrics, self._window_run = threads.engine, metrics, None
+        finished = False
         try:
-            if self.unit == "window":
-                yield from self._run_windows(engine, slot, ids, counts, start, metrics)
+            if windows is not None:
+                yield from self._run_windows(
+                    threads, slot, ids, counts, start, metrics, rows_capacity, *windows
+                )
             else:
-                yield from self._run(engine, schedule, metrics)
+                yield from self._run(threads, schedule, metrics, rows_capacity)
+            finished = True
+        except CancelledError as error:  # close() cancelled queued work under this pass
+            raise DecodeError(
+                f"{self.name.location.url}: the dataset was closed while samples were decoded"
+            ) from error
         finally:
-            engine.close()
             self._engine = None
+            self._end_pass(threads, closes=closes, finished=finished)
+
+    def _start_pass(
+        self, *, byte_budget: int, decode_pending: int, rows_pending: int
+    ) -> tuple[_PassThreads, int]:
+        """This process's kept threads if sized alike, else fresh ones; and the close count."""
+        with self._guard():
+            parked = self._parked[:]
+            self._parked.clear()
+            closes = self._closes
+        key = (byte_budget, self.decode_threads, decode_pending, rows_pending)
+        kept = None
+        for threads in parked:
+            if threads.pid != os.getpid():
+                continue  # a parent's, inherited by fork: its threads do not exist here
+            if kept is None and threads.key == key:
+                kept = threads
+            else:
+                threads.close()
+        if kept is None:
+            kept = _PassThreads(
+                self.dataset,
+                self.options,
+                byte_budget=byte_budget,
+                decode_threads=self.decode_threads,
+                decode_pending=decode_pending,
+                rows_pending=rows_pending,
+            )
+        else:
+            kept.start_pass()
+        with self._guard():
+            self._active = kept
+        return kept, closes
+
+    def _end_pass(self, threads: _PassThreads, *, closes: int, finished: bool) -> None:
+        """Keep the threads of a pass that ran to its end for the next pass; a pass ended
+        early (break, error, close) may leave work in flight: its threads stop."""
+        with self._guard():
+            if self._active is threads:
+                self._active = None
+            keep = finished and closes == self._closes and not self._parked
+            if keep and threads.engine.cache.idle:
+                self._parked.append(threads)
+                return
+        threads.close()
 
     def _run(
-        self, engine: StreamEngine, schedule: PoolSchedule, metrics: _PoolMetrics
+        self,
+        threads: _PassThreads,
+        schedule: PoolSchedule,
+        metrics: _PoolMetrics,
+        rows_capacity: int,
     ) -> Iterator[dict[str, Any]]:
+        engine = threads.engine
         cache = engine.cache
         # entering and upcoming episodes' Parquet rows are read ahead on their own threads, so
         # a decode thread never waits a network round trip for them
-        rows_executor = ThreadPoolExecutor(
-            max_workers=_ROWS_THREADS, thread_name_prefix="episodestream-rows"
-        )
         rows = EpisodeRows(
-            engine.rows,
-            self.samples.data_keys,
-            capacity=self.params.pool_size + self.prefetch_episodes + 1,
-            executor=rows_executor,
+            engine.rows, self.samples.data_keys, capacity=rows_capacity, executor=threads.rows
         )
         order = schedule.entry_order
         entry_position = {int(e): i for i, e in enumerate(order.tolist())}
@@ -561,9 +665,7 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         pending: collections.deque[tuple[str, Any]] = collections.deque()
         timeout = self.options.wait_timeout_s
         has_video = bool(self.samples.video_keys)
-        executor = DecodeExecutor(
-            self.decode_threads, max_pending=self.max_pending_samples + 1, name="episodestream-pool"
-        )
+        executor = threads.decode
 
         def build(episode: int, frame: int, resident: Any) -> dict[str, Any]:
             return self.samples.build(episode, frame, rows.get(episode), resident, engine.frames)
@@ -579,68 +681,64 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             self._yielded += 1
             return sample
 
-        try:
-            for event in schedule.events():
-                episode = event.episode_id
-                if event.kind == "enter":
-                    metrics.episodes_entered += 1
-                    cache.retain(episode)
-                    rows.prefetch(episode)
-                    if has_video:
-                        cache.prefetch(episode, evict=True)  # needed now
-                    next_entry = max(next_entry, entry_position[episode] + 1)
-                    for upcoming in order[next_entry : next_entry + self.prefetch_episodes]:
-                        if not cache.prefetch(int(upcoming)):
-                            break
-                        rows.prefetch(int(upcoming))
-                elif event.kind == "draw":
-                    resident = residents.get(episode)
-                    if resident is None and has_video:
-                        if not cache.is_ready(episode):
-                            waited = time.perf_counter()
-                            resident = cache.wait_ready(episode, timeout=timeout)
-                            metrics.refill_waits += 1
-                            metrics.refill_wait_s += time.perf_counter() - waited
-                        else:
-                            resident = cache.wait_ready(episode, timeout=timeout)
-                        residents[episode] = resident
-                    future: Future[dict[str, Any]] = executor.submit(
-                        build, episode, event.frame_index, resident
-                    )
-                    pending.append(("sample", (episode, future)))
-                    while len(pending) > self.max_pending_samples:
-                        sample = pop()
-                        if sample is not None:
-                            yield sample
-                else:
-                    # Unpin at once: the pending samples hold their own reference to the
-                    # clips, and a pin kept until they drain could starve the budget while
-                    # this thread blocks in wait_ready for the entering episode (a stall).
-                    cache.release(episode)
-                    cache.evict(episode)  # not drawn again this epoch: room for prefetches
-                    residents.pop(episode, None)
-                    pending.append(("leave", episode))
-            while pending:
-                sample = pop()
-                if sample is not None:
-                    yield sample
-        finally:
-            executor.close()
-            rows_executor.shutdown(wait=True, cancel_futures=True)
+        for event in schedule.events():
+            episode = event.episode_id
+            if event.kind == "enter":
+                metrics.episodes_entered += 1
+                cache.retain(episode)
+                rows.prefetch(episode)
+                if has_video:
+                    cache.prefetch(episode, evict=True)  # needed now
+                next_entry = max(next_entry, entry_position[episode] + 1)
+                for upcoming in order[next_entry : next_entry + self.prefetch_episodes]:
+                    if not cache.prefetch(int(upcoming)):
+                        break
+                    rows.prefetch(int(upcoming))
+            elif event.kind == "draw":
+                resident = residents.get(episode)
+                if resident is None and has_video:
+                    if not cache.is_ready(episode):
+                        waited = time.perf_counter()
+                        resident = cache.wait_ready(episode, timeout=timeout)
+                        metrics.refill_waits += 1
+                        metrics.refill_wait_s += time.perf_counter() - waited
+                    else:
+                        resident = cache.wait_ready(episode, timeout=timeout)
+                    residents[episode] = resident
+                future: Future[dict[str, Any]] = executor.submit(
+                    build, episode, event.frame_index, resident
+                )
+                pending.append(("sample", (episode, future)))
+                while len(pending) > self.max_pending_samples:
+                    sample = pop()
+                    if sample is not None:
+                        yield sample
+            else:
+                # Unpin at once: the pending samples hold their own reference to the
+                # clips, and a pin kept until they drain could starve the budget while
+                # this thread blocks in wait_ready for the entering episode (a stall).
+                cache.release(episode)
+                cache.evict(episode)  # not drawn again this epoch: room for prefetches
+                residents.pop(episode, None)
+                pending.append(("leave", episode))
+        while pending:
+            sample = pop()
+            if sample is not None:
+                yield sample
 
     def _run_windows(
         self,
-        engine: StreamEngine,
+        threads: _PassThreads,
         slot: WorkerSlot,
         ids: np.ndarray,
         counts: np.ndarray,
         start: int,
         metrics: _PoolMetrics,
+        rows_capacity: int,
+        share: int,
+        resident_windows: int,
+        ahead: int,
     ) -> Iterator[dict[str, Any]]:
-        share = split_budget(self.decoded_budget, slot)
-        resident_windows, ahead = window_slots(
-            share, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
-        )
         params = WindowParams(
             window_frames=self.window_frames,
             open_episodes=self.params.pool_size,
@@ -651,19 +749,11 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         schedule = WindowSchedule(
             ids, counts, params=params, slot=slot, epoch=self.epoch, start=start
         )
-        rows_executor = ThreadPoolExecutor(
-            max_workers=_ROWS_THREADS, thread_name_prefix="episodestream-rows"
-        )
         rows = EpisodeRows(
-            engine.rows,
+            threads.engine.rows,
             self.samples.data_keys,
-            capacity=self.params.pool_size + self.prefetch_episodes + resident_windows + 1,
-            executor=rows_executor,
-        )
-        executor = DecodeExecutor(
-            self.decode_threads,
-            max_pending=self.max_pending_samples + ahead + 2,
-            name="episodestream-pool",
+            capacity=rows_capacity,
+            executor=threads.rows,
         )
 
         def on_sample(episode: int) -> None:
@@ -671,12 +761,12 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             self._yielded += 1
 
         run = WindowRun(
-            engine,
+            threads.engine,
             self.samples,
             rows,
             schedule,
             budget=DecodedBudget(share),
-            executor=executor,
+            executor=threads.decode,
             prefetch_episodes=self.prefetch_episodes,
             decode_ahead=ahead,
             max_pending_samples=self.max_pending_samples,
@@ -685,11 +775,7 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
             episode_lengths=dict(zip(ids.tolist(), counts.tolist(), strict=True)),
         )
         self._window_run = run
-        try:
-            yield from run
-        finally:
-            executor.close()
-            rows_executor.shutdown(wait=True, cancel_futures=True)
+        yield from run
 
     # -- introspection --------------------------------------------------------------------------
 
@@ -710,10 +796,18 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         return result
 
     def close(self) -> None:
-        """Stop this process's fetch and decode threads and close its connections."""
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
+        """Stop this process's fetch, rows and decode threads (those of a pass running now
+        and those kept for the next pass) and close its connections."""
+        with self._guard():
+            self._closes += 1
+            stopping = self._parked[:]
+            self._parked.clear()
+            if self._active is not None:
+                stopping.append(self._active)
+            self._active = None
+        self._engine = None
+        for threads in stopping:
+            threads.close()  # a no-op for threads a parent process started before a fork
         self.dataset.close()
 
     def __enter__(self) -> EpisodePoolDataset:
@@ -727,6 +821,8 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         state["_engine"] = None
         state["_metrics"] = None
         state["_window_run"] = None
+        for name in ("_parked", "_active", "_closes", "_guard_lock", "_guard_pid"):
+            del state[name]  # threads and locks stay in this process
         if multiprocessing.context.get_spawning_popen() is None:
             # pickled for something other than starting a worker: shared memory cannot go
             # there, the epoch and the worker-iteration count travel as values
@@ -741,6 +837,7 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
                 shared.value = state[name]
                 state[name] = shared
         self.__dict__.update(state)
+        self._init_threads()
 
     def __repr__(self) -> str:
         return (
@@ -754,20 +851,6 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
                 else ")"
             )
         )
-
-
-def _next_worker(consumed: np.ndarray, totals: np.ndarray, batch_size: int, drop_last: bool) -> int:
-    """The worker a DataLoader polls next after delivering ``consumed`` samples per worker.
-
-    It takes one batch from each unfinished worker in turn (round-major), so the next batch
-    belongs to the unfinished worker with the fewest batches delivered, lowest id first.
-    """
-    delivered = totals // batch_size * batch_size if drop_last else totals
-    unfinished = np.flatnonzero(consumed < delivered)
-    if unfinished.size == 0:
-        return 0
-    batches = -(-consumed[unfinished] // batch_size)
-    return int(unfinished[np.lexsort((unfinished, batches))[0]])
 
 
 def _restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -20,6 +20,15 @@ from episodestream.sampling import delta_frame_offsets, delta_query
 __all__ = ["EpisodeRows", "SampleBuilder"]
 
 ImageTransform = Callable[[torch.Tensor], torch.Tensor]
+_T = TypeVar("_T")
+
+
+class Submitter(Protocol):
+    """What :class:`EpisodeRows` needs of an executor (``ThreadPoolExecutor``,
+    ``DecodeExecutor``): ``submit`` returning a Future."""
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
+
 
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
@@ -49,7 +58,7 @@ class EpisodeRows:
         reader: EpisodeRowReader,
         columns: Sequence[str],
         capacity: int = DEFAULT_ROWS_EPISODES,
-        executor: Executor | None = None,
+        executor: Submitter | None = None,
     ) -> None:
         self._reader = reader
         self._columns = list(columns)

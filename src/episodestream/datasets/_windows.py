@@ -8,7 +8,7 @@ The order comes from :class:`episodestream.sampling.WindowSchedule` (pure). Here
   network;
 - a window's frames ``[lo, hi)`` of every camera (its own frames plus the margins that
   ``delta_timestamps`` read, decoded but not counted as samples) are decoded on the decode
-  threads in chunks of consecutive frames, ahead of the window entering the pool;
+  threads frame by frame, in order, ahead of the window entering the pool;
 - each window's decoded bytes are reserved from :class:`DecodedBudget` before its decode is
   queued and returned when its last sample is built, so the budget holds at every moment;
 - samples are built by :class:`SampleBuilder` with a frames source that reads the window
@@ -49,9 +49,6 @@ __all__ = [
 
 #: windows decoded ahead of entering the pool (their bytes come out of the decoded budget)
 DEFAULT_DECODE_AHEAD = 2
-#: frames asked of a decoder per call: in-order decoding in short runs costs least per frame
-#: (measured: 8-16 frames beat both single frames and whole windows of 64)
-DECODE_CHUNK_FRAMES = 16
 #: bound on waiting for one decoded sample (a whole window's decode may be in front of it)
 _SAMPLE_TIMEOUT_S = 300.0
 # a window's frame times are computed as SampleBuilder computes them; allow float noise only
@@ -111,26 +108,39 @@ class DecodedBudget:
 
 
 class DecodedWindow:
-    """One window's decoded frames: per camera, frames ``[lo, hi)`` of the episode as uint8
-    ``3 x H x W`` chunks, and the source times they were decoded at."""
+    """One window's decoded frames: per camera, frames ``[lo, hi)`` of the episode, each its
+    own uint8 ``3 x H x W`` tensor as the decoder returned it, and their source times.
 
-    __slots__ = ("_chunks", "_times", "episode", "nbytes", "window")
+    A frame that only one sample reads (a camera without ``delta_timestamps``: every frame is
+    drawn once per epoch) is handed to that sample as is, with no copy; frames several samples
+    read are copied. Each frame being its own allocation, a sample keeps no more memory alive
+    than its own frames (a view into a batch of frames would keep the whole batch).
+    """
+
+    __slots__ = ("_frames", "_served_once", "_times", "episode", "window")
 
     def __init__(
         self,
         window: int,
         episode: int,
         times: Mapping[str, np.ndarray],
-        chunks: Mapping[str, list[torch.Tensor]],
+        frames: Mapping[str, list[torch.Tensor]],
+        *,
+        served_once: frozenset[str] = frozenset(),
     ) -> None:
         self.window = window
         self.episode = episode
         self._times = dict(times)
-        self._chunks = dict(chunks)
-        self.nbytes = sum(c.numel() * c.element_size() for cs in chunks.values() for c in cs)
+        self._frames = dict(frames)
+        self._served_once = served_once
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.numel() for frames in self._frames.values() for f in frames)
 
     def frames(self, camera: str, source_times_s: np.ndarray) -> torch.Tensor:
-        """uint8 ``N x 3 x H x W`` copies of the frames shown at ``source_times_s``.
+        """uint8 ``N x 3 x H x W`` frames shown at ``source_times_s``: the decoded frame itself
+        for a single frame of a camera whose frames are served once, else copies.
 
         Raises:
             DecodeError: a time this window did not decode (a bug: the window's span is
@@ -145,8 +155,10 @@ class DecodedWindow:
                 f"{query.round(6).tolist()[:5]} s are outside its decoded span "
                 f"{times[0]:.6f}..{times[-1]:.6f} s"
             )
-        chunks = self._chunks[camera]
-        picked = [chunks[i // DECODE_CHUNK_FRAMES][i % DECODE_CHUNK_FRAMES] for i in at.tolist()]
+        frames = self._frames[camera]
+        if at.size == 1 and camera in self._served_once:
+            return frames[int(at[0])].unsqueeze(0)
+        picked = [frames[i] for i in at.tolist()]
         if all(f.device.type == "cpu" and f.permute(1, 2, 0).is_contiguous() for f in picked):
             # decoders hand out channels-last frames viewed as CHW: copy them in that layout
             # (a memcpy; a CHW copy is a transpose, 25x slower), with numpy (one thread: torch's
@@ -172,8 +184,16 @@ def decode_window(
     spans: Mapping[str, tuple[int, int]],
     source_offsets_s: Mapping[str, float],
     frame_bytes: Mapping[str, int],
+    served_once: frozenset[str] = frozenset(),
 ) -> DecodedWindow:
-    """Decode frames ``spans[camera]`` of every camera of ``resident``'s episode, in order.
+    """Decode frames ``spans[camera]`` of every camera of ``resident``'s episode, in order,
+    one frame per decoder call.
+
+    One frame per call: each frame is its own allocation, handed to its sample without a copy
+    (``served_once`` cameras; see :class:`DecodedWindow`). Measured against batches of 4-16
+    frames copied into recycled window buffers, this costs less CPU per frame: two memcpys
+    of every frame (into the buffer, out to the sample) cost more than the extra calls, and
+    freed single frames are reused by the allocator without page faults.
 
     Source times are ``source_offsets_s[camera] + timestamps[frame]``, computed exactly as
     :class:`SampleBuilder` computes them, so lookups find the same frames.
@@ -183,23 +203,22 @@ def decode_window(
             computed from it).
     """
     times: dict[str, np.ndarray] = {}
-    chunks: dict[str, list[torch.Tensor]] = {}
+    frames: dict[str, list[torch.Tensor]] = {}
     for camera, (lo, hi) in spans.items():
         source = float(source_offsets_s[camera]) + timestamps[lo:hi].astype(np.float64)
-        parts = []
-        for first in range(0, source.size, DECODE_CHUNK_FRAMES):
-            part = engine.frames(resident, camera, source[first : first + DECODE_CHUNK_FRAMES])
-            per_frame = part[0].numel() * part.element_size()
-            if per_frame > frame_bytes[camera]:
+        decoded = []
+        for at in range(source.size):
+            frame = engine.frames(resident, camera, source[at : at + 1])[0]
+            if frame.numel() * frame.element_size() > frame_bytes[camera]:
                 raise DatasetFormatError(
                     f"episode {resident.episode} / {camera}: frames decode to "
-                    f"{tuple(part.shape[1:])}, larger than meta/info.json's video shape, from "
+                    f"{tuple(frame.shape)}, larger than meta/info.json's video shape, from "
                     "which the decoded budget is computed"
                 )
-            parts.append(part)
+            decoded.append(frame)
         times[camera] = source
-        chunks[camera] = parts
-    return DecodedWindow(window, resident.episode, times, chunks)
+        frames[camera] = decoded
+    return DecodedWindow(window, resident.episode, times, frames, served_once=served_once)
 
 
 class WindowRun:
@@ -252,6 +271,8 @@ class WindowRun:
         self.frame_bytes = {
             key: _RGB * meta.feature(key).height * meta.feature(key).width for key in self.cameras
         }
+        # cameras whose every frame one sample reads: frames go to samples without a copy
+        self.served_once = frozenset(k for k in self.cameras if k not in samples.offsets)
         table = meta.episodes
         self.from_ts = {key: table.video(key).from_timestamp for key in self.cameras}
         # windows in the order they are decoded: the resident ones first (after a resume
@@ -304,22 +325,26 @@ class WindowRun:
     # -- the loop --------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self._prefetch_episodes()
-        for event in self.schedule.events():
-            if event.kind == "enter":
-                yield from self._enter(event.window)
-            elif event.kind == "draw":
-                future = self.executor.submit(
-                    self._build, event.episode_id, event.frame_index, self.decoded[event.window]
-                )
-                self.pending.append(("sample", (event.episode_id, future)))
-                while len(self.pending) > self.max_pending:
-                    yield from self._pop()
-            else:
-                self.pending.append(("leave", event.window))
-        while self.pending:
-            yield from self._pop()
-        self._finish_episodes(wait=True)
+        try:
+            self._prefetch_episodes()
+            for event in self.schedule.events():
+                if event.kind == "enter":
+                    yield from self._enter(event.window)
+                elif event.kind == "draw":
+                    future = self.executor.submit(
+                        self._build, event.episode_id, event.frame_index, self.decoded[event.window]
+                    )
+                    self.pending.append(("sample", (event.episode_id, future)))
+                    while len(self.pending) > self.max_pending:
+                        yield from self._pop()
+                else:
+                    self.pending.append(("leave", event.window))
+            while self.pending:
+                yield from self._pop()
+            self._finish_episodes(wait=True)
+        finally:
+            # the run object outlives the iteration (metrics): the decoded frames do not
+            self.decoded.clear()
 
     def _enter(self, window: int) -> Iterator[dict[str, Any]]:
         if window not in self.decoded:
@@ -444,6 +469,7 @@ class WindowRun:
             spans=spans,
             source_offsets_s=offsets,
             frame_bytes=self.frame_bytes,
+            served_once=self.served_once,
         )
 
     def _finish_episodes(self, *, wait: bool) -> None:

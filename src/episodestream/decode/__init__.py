@@ -9,7 +9,6 @@
 
 from episodestream.decode._base import (
     DEFAULT_FFMPEG_THREADS,
-    DEFAULT_SEEK_MODE,
     DEFAULT_TOLERANCE_S,
     BackendName,
     ClipSource,
@@ -21,8 +20,6 @@ from episodestream.decode._base import (
 from episodestream.decode._executor import DEFAULT_DECODE_THREADS, DecodeExecutor
 from episodestream.decode._open import available_backends, open_decoder, resolve_backend
 from episodestream.decode._pool import (
-    DEFAULT_POOL_MAX_BYTES,
-    DEFAULT_POOL_MAX_DECODERS,
     DecoderLease,
     DecoderPool,
     DecoderPoolStats,
@@ -33,9 +30,6 @@ from episodestream.decode._torchcodec import TorchcodecDecoder
 __all__ = [
     "DEFAULT_DECODE_THREADS",
     "DEFAULT_FFMPEG_THREADS",
-    "DEFAULT_POOL_MAX_BYTES",
-    "DEFAULT_POOL_MAX_DECODERS",
-    "DEFAULT_SEEK_MODE",
     "DEFAULT_TOLERANCE_S",
     "BackendName",
     "ClipSource",

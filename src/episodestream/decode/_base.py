@@ -15,7 +15,12 @@ import numpy as np
 import torch
 
 from episodestream._checks import check_number
+from episodestream.decode._buffers import float_frame_buffers
 from episodestream.errors import ConfigError, ConfigTypeError, DecodeError, FrameNotFoundError
+
+# LeRobot's default tolerance between a requested timestamp and a frame's time: one constant,
+# the mp4 layer's, so span planning and frame lookup agree
+from episodestream.mp4 import DEFAULT_TOLERANCE_S
 
 __all__ = [
     "DEFAULT_FFMPEG_THREADS",
@@ -31,8 +36,6 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-#: LeRobot's default tolerance between a requested timestamp and a frame's time (seconds).
-DEFAULT_TOLERANCE_S = 1e-4
 #: FFmpeg decode threads per decoder. Measured (docs/BENCHMARKS.md, "Decoding"): for small g=2
 #: AV1 clips accessed at random, 1 thread beats FFmpeg's automatic count, whose frame threading
 #: adds pipeline latency to every seek; parallelism comes from decoding clips concurrently.
@@ -56,6 +59,7 @@ _MAX_REPORTED = 5
 _DECODER_FIXED_BYTES = 512 * 1024
 _FRAMES_ONE_THREAD = 4
 _FRAMES_PER_EXTRA_THREAD = 2
+_FLOAT_255 = np.float32(255)
 
 
 @runtime_checkable
@@ -121,10 +125,23 @@ class Decoder(Protocol):
 
 
 def to_float(frames: torch.Tensor) -> torch.Tensor:
-    """uint8 frames as float32 in [0, 1], computed exactly as LeRobot does (``x / 255``)."""
+    """uint8 frames as float32 in [0, 1], computed exactly as LeRobot does (``x / 255``).
+
+    The result has the layout (strides) of ``frames``, as LeRobot's ``.to(float32) / 255``
+    has. On the CPU it is one buffer written by one thread: torch's elementwise kernels wake
+    its intra-op thread pool for a frame this size (and allocate a second float buffer for the
+    division), which costs several times the arithmetic on a busy machine
+    (benchmarks/per_frame.py). Large buffers are recycled once freed (``decode/_buffers.py``).
+    """
     if frames.dtype != torch.uint8:
         raise ConfigTypeError(f"to_float expects uint8 frames, got {frames.dtype}")
-    return frames.to(torch.float32) / 255
+    if frames.device.type != "cpu":
+        return frames.to(torch.float32) / 255
+    out = float_frame_buffers().empty_like(frames)  # pages already mapped, when recycled
+    # IEEE division in float32, as torch's CPU kernel does it: every uint8 value maps to the
+    # same float (tests/integration/test_decode_fast_paths.py checks all 256)
+    np.divide(frames.numpy(), _FLOAT_255, out=out.numpy(), dtype=np.float32)
+    return out
 
 
 def nearest_frame_indices(
@@ -154,6 +171,8 @@ def nearest_frame_indices(
         raise FrameNotFoundError(f"{name}: the clip has no frames")
     if query.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if query.size == 1:  # the common case (no delta_timestamps): Python floats, no array ops
+        return np.array([_nearest_one(times, float(query[0]), tolerance_s, name)], np.int64)
     after = np.searchsorted(times, query)
     before = np.clip(after - 1, 0, count - 1)
     after = np.clip(after, 0, count - 1)
@@ -163,6 +182,20 @@ def nearest_frame_indices(
     if bad.any():
         raise FrameNotFoundError(_not_found_message(name, times, query[bad], tolerance_s))
     return pick.astype(np.int64, copy=False)
+
+
+def _nearest_one(times: np.ndarray, t: float, tolerance_s: float, name: str) -> int:
+    """:func:`nearest_frame_indices` for one timestamp, by the same rules."""
+    after = int(times.searchsorted(t))
+    last = len(times) - 1
+    before = min(max(after - 1, 0), last)
+    after = min(after, last)
+    to_after = abs(float(times[after]) - t)
+    to_before = abs(float(times[before]) - t)
+    pick, distance = (after, to_after) if to_after < to_before else (before, to_before)
+    if not distance < tolerance_s:  # NaN timestamps count as bad
+        raise FrameNotFoundError(_not_found_message(name, times, np.array([t]), tolerance_s))
+    return pick
 
 
 def _not_found_message(name: str, times: np.ndarray, bad: np.ndarray, tolerance_s: float) -> str:
@@ -260,6 +293,8 @@ def guarded_frames_at(
             raise DecodeError(f"{name}: decoder is closed")
         if index.size == 0:
             return torch.empty((0, 3, *shape), dtype=torch.uint8, device=device)
+        if index.size == 1:
+            return fetch(index)
         unique, inverse = np.unique(index, return_inverse=True)
         frames = fetch(unique)
     if not np.array_equal(unique, index):  # repeated or unsorted timestamps

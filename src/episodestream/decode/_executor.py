@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,8 +30,10 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-#: Decode threads per executor: one per core, at most 4 (a DataLoader worker usually has few).
-DEFAULT_DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
+#: Decode threads per process (per DataLoader worker: N workers run N times as many), the one
+#: default for the pool, bench and this executor: two overlap decoding with sample building
+#: without oversubscribing cores that DataLoader workers share.
+DEFAULT_DECODE_THREADS = 2
 #: How long submit() waits for room in a full queue.
 DEFAULT_SUBMIT_TIMEOUT_S = 60.0
 #: How long map() waits for all its results.
@@ -230,6 +231,9 @@ class DecodeExecutor:
             future, fn, args, kwargs = item
             if future.set_running_or_notify_cancel():
                 _run(future, fn, args, kwargs)
+            # an idle worker must not keep its last call alive: the callable may hold its
+            # owner (whose finalizer closes this executor) and the Future its result
+            del item, future, fn, args, kwargs
 
 
 def _run(future: Future[Any], fn: Callable[..., Any], args: Any, kwargs: Any) -> None:

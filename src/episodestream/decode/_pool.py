@@ -208,6 +208,13 @@ class DecoderPool(Generic[K]):
                 peak_bytes=self._peak_bytes,
             )
 
+    def reset_stats(self) -> None:
+        """Zero the counters and start the peaks afresh from the decoders open now (a pool
+        reusing this one for its next pass reports that pass alone)."""
+        with self._lock:
+            self._hits = self._opens = self._evictions = self._discarded = 0
+            self._peak_count, self._peak_bytes = self._count, self._bytes
+
     def __len__(self) -> int:
         with self._lock:
             return self._count

@@ -201,6 +201,8 @@ class PyAVDecoder(ClipDecoderBase):
                 f"{self._name}: PyAV failed to decode frames at "
                 f"{self._times[unique[:5]].round(6).tolist()} s: {exc}"
             ) from exc
+        if len(unique) == 1:  # no copy into a batch
+            return torch.from_numpy(images[int(unique[0])]).unsqueeze(0).permute(0, 3, 1, 2)
         stacked = torch.from_numpy(np.stack([images[int(i)] for i in unique]))
         return stacked.permute(0, 3, 1, 2)
 

@@ -247,7 +247,8 @@ class TorchcodecDecoder(ClipDecoderBase):
             return None, f"{type(exc).__name__}: {exc}", exc
         got = batch.pts_seconds.cpu().numpy()
         expected = self._times[unique]
-        if got.shape == expected.shape and np.allclose(got, expected, rtol=0, atol=_PTS_SLACK_S):
+        # one reduction (allclose costs a dozen array operations per call)
+        if got.shape == expected.shape and float(np.abs(got - expected).max()) <= _PTS_SLACK_S:
             return batch, "", None
         return (
             None,

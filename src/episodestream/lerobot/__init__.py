@@ -5,22 +5,19 @@ from episodestream.lerobot._lerobot_view import (
     LeRobotEpisodes,
     LeRobotInfo,
     LeRobotMetadata,
-    lerobot_stats,
 )
 from episodestream.lerobot._meta import (
-    INFO_PATH,
     DatasetMeta,
     EpisodeTable,
     VideoColumns,
     load_dataset_meta,
 )
-from episodestream.lerobot._open import open_dataset_files
-from episodestream.lerobot._rangefile import RangeFile, open_arrow_file
+from episodestream.lerobot._open import open_dataset_files, open_metadata_reader
+from episodestream.lerobot._rangefile import open_arrow_file
 from episodestream.lerobot._rows import DEFAULT_ROW_CACHE_BYTES, EpisodeRowReader
 
 __all__ = [
     "DEFAULT_ROW_CACHE_BYTES",
-    "INFO_PATH",
     "DatasetMeta",
     "EpisodeRowReader",
     "EpisodeTable",
@@ -29,10 +26,9 @@ __all__ = [
     "LeRobotEpisodes",
     "LeRobotInfo",
     "LeRobotMetadata",
-    "RangeFile",
     "VideoColumns",
-    "lerobot_stats",
     "load_dataset_meta",
     "open_arrow_file",
     "open_dataset_files",
+    "open_metadata_reader",
 ]

@@ -243,17 +243,10 @@ class DatasetMeta:
 
 
 def read_whole(reader: RangeReader, path: str, *, required: bool = True) -> bytes | None:
-    """Every byte of a small file; None when absent and not ``required``.
-
-    A reader with ``read_file(path) -> bytes`` (one request, no size look-up first) is
-    asked that way; otherwise ``size`` then ``read``.
-    """
-    read_file = getattr(reader, "read_file", None)
+    """Every byte of a small file (one request where the store allows); None when absent and
+    not ``required``."""
     try:
-        if callable(read_file):
-            return bytes(read_file(path))
-        size = reader.size(path)
-        return reader.read(path, 0, size) if size else b""
+        return bytes(reader.read_file(path))
     except NotFound as error:
         if not required:
             return None
@@ -579,15 +572,6 @@ def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:
     return tuple(ordered)
 
 
-def _reader_root(reader: RangeReader) -> str:
-    """How a reader names its root: its Location's URL, base URL, or root path."""
-    for attribute in ("location", "base_url", "root"):
-        value = getattr(reader, attribute, None)
-        if value is not None:
-            return str(getattr(value, "url", value))
-    return ""
-
-
 def load_dataset_meta(
     reader: RangeReader,
     *,
@@ -681,7 +665,7 @@ def load_dataset_meta(
         if not isinstance(stats, dict):
             raise DatasetFormatError(f"{STATS_PATH}: must hold a JSON object")
     if root is None:
-        root = _reader_root(reader)
+        root = reader.root
     meta = DatasetMeta(
         root=root,
         revision=revision,

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from episodestream.lerobot._meta import DatasetMeta, load_dataset_meta
-from episodestream.storage import Location, RangeReader, open_reader
+from episodestream.storage import Location, RangeReader, ReaderOptions, open_reader
 
-__all__ = ["open_dataset_files"]
+__all__ = ["open_dataset_files", "open_metadata_reader"]
 
 
 def open_dataset_files(
@@ -18,8 +18,8 @@ def open_dataset_files(
     *,
     label: str | None = None,
     data_root: str | os.PathLike[str] | None = None,
-    reader_options: Mapping[str, Any] | None = None,
-    data_reader_options: Mapping[str, Any] | None = None,
+    reader_options: ReaderOptions | Mapping[str, Any] | None = None,
+    data_reader_options: ReaderOptions | Mapping[str, Any] | None = None,
 ) -> tuple[RangeReader, DatasetMeta]:
     """A reader for the dataset's data and videos, and its metadata.
 
@@ -29,15 +29,15 @@ def open_dataset_files(
     sidecar index is keyed by everything it was built from. The reader is closed on error.
     """
     label = label or location.url
-    reader = open_reader(location, **dict(reader_options or {}))
+    reader = open_reader(location, reader_options)
     try:
-        meta = load_dataset_meta(reader, root=label, revision=getattr(reader, "commit", None))
+        meta = load_dataset_meta(reader, root=label, revision=reader.revision)
         if data_root is not None:
             options = reader_options if data_reader_options is None else data_reader_options
-            meta_reader, reader = reader, open_reader(data_root, **dict(options or {}))
+            meta_reader, reader = reader, open_reader(data_root, options)
             meta_reader.close()
             data_label = Location.parse(data_root).url
-            data_commit = getattr(reader, "commit", None)
+            data_commit = reader.revision
             if data_commit:  # a repo on a branch: key the index by what it resolved to
                 data_label = f"{data_label}@{data_commit}"
             meta = dataclasses.replace(meta, root=f"{label} + {data_label}")
@@ -45,3 +45,15 @@ def open_dataset_files(
         reader.close()
         raise
     return reader, meta
+
+
+def open_metadata_reader(
+    location: Location,
+    meta: DatasetMeta,
+    reader_options: ReaderOptions | Mapping[str, Any] | None = None,
+) -> RangeReader:
+    """A reader of the metadata root at the commit ``meta`` was read at: with split roots a
+    published sidecar lives beside ``meta/`` (where ``index --publish`` writes it)."""
+    if location.kind == "hub" and meta.revision is not None:
+        location = dataclasses.replace(location, revision=meta.revision)
+    return open_reader(location, reader_options)

@@ -139,6 +139,7 @@ class EpisodeRowReader:
     def _init_state(self) -> None:
         self._cache = _ByteLru(self._byte_budget)
         self._footers: dict[str, tuple[int, pq.FileMetaData, np.ndarray]] = {}
+        self._footer_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -178,8 +179,19 @@ class EpisodeRowReader:
     def _footer(self, path: str) -> tuple[int, pq.FileMetaData, np.ndarray]:
         with self._lock:
             cached = self._footers.get(path)
-        if cached is not None:
-            return cached
+            if cached is not None:
+                return cached
+            path_lock = self._footer_locks.setdefault(path, threading.Lock())
+        # one footer read per file: rows prefetched on two threads would otherwise both
+        # probe and read it (the cluster plan counts one)
+        with path_lock:
+            with self._lock:
+                cached = self._footers.get(path)
+            if cached is not None:
+                return cached
+            return self._read_footer(path)
+
+    def _read_footer(self, path: str) -> tuple[int, pq.FileMetaData, np.ndarray]:
         try:
             size = self._reader.size(path)
             metadata = pq.ParquetFile(open_arrow_file(self._reader, path, size)).metadata

@@ -12,17 +12,19 @@ from episodestream.manifest._manifest import (
 )
 from episodestream.manifest._open import (
     CACHE_ENV,
-    DEFAULT_LOCK_TIMEOUT_S,
     PUBLISHED_SIDECAR_PATH,
     SidecarStatus,
     default_cache_dir,
     open_manifest,
     sidecar_cache_path,
     sidecar_status,
-    verify_sources,
+)
+from episodestream.manifest._publish import (
+    DEFAULT_PUBLISH_MESSAGE,
+    PublishedSidecar,
+    publish_sidecar,
 )
 from episodestream.manifest._sidecar import (
-    SIDECAR_VERSION,
     load_sidecar,
     sidecar_bytes,
     write_sidecar,
@@ -31,14 +33,14 @@ from episodestream.manifest._sidecar import (
 __all__ = [
     "CACHE_ENV",
     "DEFAULT_BUILD_WORKERS",
-    "DEFAULT_LOCK_TIMEOUT_S",
+    "DEFAULT_PUBLISH_MESSAGE",
     "PUBLISHED_SIDECAR_PATH",
-    "SIDECAR_VERSION",
     "SPAN_FIELDS",
     "BuildStats",
     "DatasetIdentity",
     "EpisodeManifest",
     "EpisodeSpan",
+    "PublishedSidecar",
     "SidecarStatus",
     "SourceFile",
     "SpanArrays",
@@ -46,10 +48,10 @@ __all__ = [
     "default_cache_dir",
     "load_sidecar",
     "open_manifest",
+    "publish_sidecar",
     "sidecar_bytes",
     "sidecar_cache_path",
     "sidecar_status",
     "source_info",
-    "verify_sources",
     "write_sidecar",
 ]

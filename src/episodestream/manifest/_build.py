@@ -61,20 +61,9 @@ _CODEC_ENTRIES = {
 
 
 def source_info(reader: RangeReader, path: str) -> FileInfo:
-    """Size and validators (ETag, Last-Modified) of a file.
-
-    Uses the reader's ``file_info(path)`` when it has one (one request over HTTP, then
-    pinned by the reader), else ``size(path)`` alone.
-    """
-    file_info = getattr(reader, "file_info", None)
-    if callable(file_info):
-        info = file_info(path)
-        if isinstance(info, FileInfo):
-            return info
-        return FileInfo(
-            int(info.size), getattr(info, "etag", None), getattr(info, "last_modified", None)
-        )
-    return FileInfo(int(reader.size(path)))
+    """Size and validators (ETag, Last-Modified) of a file, as the reader pinned them (one
+    request over HTTP)."""
+    return reader.file_info(path)
 
 
 def _first_probe(frames: int, size: int) -> int:

@@ -16,7 +16,7 @@ from typing import Literal
 import filelock
 import pyarrow as pa
 
-from episodestream.errors import ManifestError, NotFound, StorageError
+from episodestream.errors import InvalidResponse, ManifestError, NotFound, StorageError
 from episodestream.lerobot import DatasetMeta, open_arrow_file
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
@@ -133,16 +133,30 @@ def _published_header_mismatch(
     return None if reason is None else f"{where}: {reason}"
 
 
+def _read_published(reader: RangeReader) -> tuple[bytes | None, int]:
+    """``(bytes, size)`` of a published sidecar up to ``_HEADER_CHECK_MIN_BYTES``, fetched
+    whole in one request (no size look-up first); ``(None, size)`` for a bigger one.
+
+    Raises:
+        NotFound: nothing is published.
+    """
+    try:
+        data = reader.read_file(PUBLISHED_SIDECAR_PATH, max_bytes=_HEADER_CHECK_MIN_BYTES)
+    except InvalidResponse:  # larger than max_bytes (refused before its body was read)
+        return None, reader.size(PUBLISHED_SIDECAR_PATH)
+    return data, len(data)
+
+
 def _fetch_published(
     reader: RangeReader, destination: Path, expected: DatasetIdentity
 ) -> tuple[bool, str]:
     """Copy the dataset's published sidecar to ``destination`` if it matches the dataset."""
     try:
-        size = reader.size(PUBLISHED_SIDECAR_PATH)
+        whole, size = _read_published(reader)
     except NotFound:
         return False, "absent"
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
-    reason = _published_header_mismatch(reader, size, expected)
+    reason = None if whole is not None else _published_header_mismatch(reader, size, expected)
     if reason is not None:
         return False, reason
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +165,9 @@ def _fetch_published(
     )
     try:
         with os.fdopen(fd, "wb") as handle:
-            for offset in range(0, size, _DOWNLOAD_PIECE_BYTES):
+            if whole is not None:
+                handle.write(whole)
+            for offset in range(0, size if whole is None else 0, _DOWNLOAD_PIECE_BYTES):
                 length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
                 handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
             handle.flush()
@@ -185,14 +201,17 @@ def open_manifest(
     workers: int = DEFAULT_BUILD_WORKERS,
     progress: bool = True,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    published_reader: RangeReader | None = None,
 ) -> EpisodeManifest:
     """The manifest of ``meta``'s dataset, from the first usable source in this order:
 
     1. ``sidecar``, an explicit local path (built and written there when absent or stale
        and ``build`` is true);
     2. the local cache, ``sidecar_cache_path(meta, cache_dir)``;
-    3. a copy published under the dataset root, ``meta/episodestream/index.arrow``
-       (checked by its header, then downloaded into the cache);
+    3. a copy published under the dataset root (the metadata root with split roots),
+       ``meta/episodestream/index.arrow`` (``episodestream index --publish`` writes it):
+       up to 8 MiB fetched whole in one request, a bigger one checked by its header first;
+       checked, then copied into the cache;
     4. built from the videos (``build_manifest``) and written into the cache.
 
     Steps 2-4 run under a file lock beside the cache entry, so N processes on a host
@@ -215,6 +234,8 @@ def open_manifest(
         workers: concurrent file look-ups when building or verifying.
         progress: progress bar while building (only on a terminal).
         lock_timeout_s: longest wait for another process's build.
+        published_reader: the reader of the root a published copy lives under, when not
+            ``reader`` (split roots: the metadata root; ``index --publish`` writes there).
 
     Raises:
         ManifestError: nothing usable and ``build`` is false (saying why each candidate
@@ -222,6 +243,7 @@ def open_manifest(
     """
     expected = DatasetIdentity.of(meta)
     refused: list[str] = []
+    publisher = published_reader if published_reader is not None else reader
     if sidecar is not None:
         path = Path(sidecar)
         manifest, reason = _try_load(path, expected, "explicit", reader, verify, workers)
@@ -262,6 +284,7 @@ def open_manifest(
                 verify,
                 published=use_published,
                 build=build,
+                publisher=publisher,
             )
         except _NothingUsable as nothing:
             refused.extend(nothing.reasons)
@@ -277,15 +300,18 @@ def open_manifest(
 
     if use_published:
         try:
-            size = reader.size(PUBLISHED_SIDECAR_PATH)
+            whole, size = _read_published(publisher)
         except NotFound:
             refused.append("published: absent")
         else:
-            reason = _published_header_mismatch(reader, size, expected)
+            big = whole is None
+            reason = _published_header_mismatch(publisher, size, expected) if big else None
             try:
                 if reason is not None:
                     raise ManifestError(reason)
-                data = reader.read(PUBLISHED_SIDECAR_PATH, 0, size)
+                data = (
+                    whole if whole is not None else publisher.read(PUBLISHED_SIDECAR_PATH, 0, size)
+                )
                 manifest = load_sidecar(pa.py_buffer(data), expect=expected, origin="published")
             except ManifestError as error:
                 refused.append(f"published: {error}")
@@ -322,6 +348,7 @@ def _build_into(
     *,
     published: bool,
     build: bool = True,
+    publisher: RangeReader | None = None,
 ) -> EpisodeManifest:
     """Under ``path``'s lock: re-check ``path``, try the published copy, else build there."""
     expected = DatasetIdentity.of(meta)
@@ -335,7 +362,8 @@ def _build_into(
                 return manifest
             reasons: list[str] = []
             if published:
-                fetched, why = _fetch_published(reader, path, expected)
+                source = publisher if publisher is not None else reader
+                fetched, why = _fetch_published(source, path, expected)
                 if fetched:
                     manifest, why = _try_load(path, expected, "published", reader, verify, workers)
                     if manifest is not None:
@@ -373,9 +401,13 @@ def sidecar_status(
     *,
     sidecar: str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    published_reader: RangeReader | None = None,
 ) -> list[SidecarStatus]:
-    """Report each candidate sidecar without building or downloading anything."""
+    """Report each candidate sidecar without building or downloading anything; a published
+    one is looked for through ``published_reader`` when given (split roots: the metadata
+    root, as :func:`open_manifest` looks), else ``reader``."""
     expected = DatasetIdentity.of(meta)
+    publisher = published_reader if published_reader is not None else reader
     result: list[SidecarStatus] = []
     candidates: list[tuple[Literal["explicit", "cache"], Path]] = []
     if sidecar is not None:
@@ -396,13 +428,14 @@ def sidecar_status(
         state: Literal["valid", "stale"] = "valid" if reason is None else "stale"
         result.append(SidecarStatus(where, str(path), state, reason or ""))
     try:
-        size = reader.size(PUBLISHED_SIDECAR_PATH)
+        size = publisher.size(PUBLISHED_SIDECAR_PATH)
     except NotFound:
         result.append(SidecarStatus("published", PUBLISHED_SIDECAR_PATH, "absent"))
     else:
         try:
             identity = read_sidecar_header(
-                open_arrow_file(reader, PUBLISHED_SIDECAR_PATH, size), where=PUBLISHED_SIDECAR_PATH
+                open_arrow_file(publisher, PUBLISHED_SIDECAR_PATH, size),
+                where=PUBLISHED_SIDECAR_PATH,
             )
         except ManifestError as error:
             result.append(SidecarStatus("published", PUBLISHED_SIDECAR_PATH, "invalid", str(error)))

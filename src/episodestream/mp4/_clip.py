@@ -17,7 +17,7 @@ from episodestream.errors import Mp4FormatError, UnsupportedMp4Error
 from episodestream.mp4._index import TrackIndex, last_sample_duration
 from episodestream.mp4._plan import SpanPlan, clip_samples
 
-__all__ = ["clip_header", "clip_size", "write_clip"]
+__all__ = ["clip_frame_times", "clip_header", "clip_size", "write_clip"]
 
 _U32_MAX = 0xFFFFFFFF
 _MATRIX = struct.pack(">9I", 0x10000, 0, 0, 0, 0x10000, 0, 0, 0, 0x40000000)
@@ -302,6 +302,18 @@ def clip_size(index: TrackIndex, plan: SpanPlan) -> int:
     tables, relative = _clip_tables(index, plan)
     ftyp, moov, mdat_header = _layout(tables, relative, plan.byte_length)
     return ftyp.size + moov.size + len(mdat_header) + plan.byte_length
+
+
+def clip_frame_times(index: TrackIndex, plan: SpanPlan) -> np.ndarray:
+    """Presentation times (float64 seconds, ascending) of every frame the clip of ``plan``
+    shows, as FFmpeg reports them for it (tick count times ``1 / timescale``).
+
+    The clip keeps each sample's presentation offset from its first sample, which presents
+    first, so a decoder needs no pass over the clip's packets to learn them.
+    """
+    kept = clip_samples(index, plan.sample_start, plan.sample_end)
+    ticks = np.sort(index.pts[kept] - index.pts[plan.sample_start])
+    return ticks * (1.0 / index.timescale)
 
 
 def write_clip(index: TrackIndex, plan: SpanPlan, payload: bytes | memoryview) -> bytes:

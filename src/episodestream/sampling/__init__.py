@@ -7,7 +7,6 @@ datasets layer detects the slot and owns the I/O.
 """
 
 from episodestream.sampling._deltas import (
-    DEFAULT_DELTA_TOLERANCE_S,
     DeltaQuery,
     delta_frame_offsets,
     delta_query,
@@ -22,8 +21,9 @@ from episodestream.sampling._pool import (
 )
 from episodestream.sampling._shard import ShardPlan, plan_shards, shard_episodes
 from episodestream.sampling._slot import WorkerSlot, split_budget
-from episodestream.sampling._state import STATE_VERSION, SamplingState, episodes_digest
+from episodestream.sampling._state import ResumeState, episodes_digest
 from episodestream.sampling._windows import (
+    DEFAULT_SPREAD,
     DEFAULT_WINDOW_FRAMES,
     WindowEvent,
     WindowParams,
@@ -34,16 +34,15 @@ from episodestream.sampling._windows import (
 )
 
 __all__ = [
-    "DEFAULT_DELTA_TOLERANCE_S",
     "DEFAULT_POOL_SIZE",
+    "DEFAULT_SPREAD",
     "DEFAULT_WINDOW_FRAMES",
-    "STATE_VERSION",
     "DeltaQuery",
     "DrawBatch",
     "PoolEvent",
     "PoolParams",
     "PoolSchedule",
-    "SamplingState",
+    "ResumeState",
     "ShardPlan",
     "WindowEvent",
     "WindowParams",

@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 from episodestream.errors import SamplingError
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
-from episodestream.sampling._state import SamplingState, episodes_digest
+from episodestream.sampling._state import ResumeState, episodes_digest
 from episodestream.sampling._validate import canonical_episodes, require_int
 
 __all__ = [
@@ -191,23 +191,37 @@ class PoolSchedule:
     @classmethod
     def from_state(
         cls,
-        state: Mapping[str, Any] | SamplingState,
+        state: Mapping[str, Any] | ResumeState,
         episode_ids: ArrayLike,
         frame_counts: ArrayLike,
         *,
         params: PoolParams,
         slot: WorkerSlot,
     ) -> PoolSchedule:
-        """Resume from a saved state: same epoch, positioned after ``samples_yielded`` draws.
+        """Resume from a worker's saved state (:meth:`state`): same epoch, positioned after
+        its ``samples_yielded`` draws.
 
         Raises:
-            SamplingError: the state is malformed or does not match the given configuration
-                (world size, worker count, slot, pool parameters, episode set), naming the field.
+            SamplingError: the state is malformed, is a rank's (which places several workers,
+                see :meth:`ResumeState.resume_position`), or does not match the given
+                configuration (world size, worker count, slot, pool parameters, episode set),
+                naming the field.
         """
-        saved = state if isinstance(state, SamplingState) else SamplingState.from_dict(state)
+        saved = state if isinstance(state, ResumeState) else ResumeState.from_dict(state)
+        if saved.kind != "worker":
+            raise SamplingError(
+                f"PoolSchedule.from_state takes a 'worker' resume state (one slot's position), "
+                f"got kind {saved.kind!r}"
+            )
         schedule = cls(episode_ids, frame_counts, params=params, slot=slot, epoch=saved.epoch)
-        saved.check_compatible(schedule.state())
-        schedule.skip(saved.samples_yielded)
+        saved.check_matches(schedule.state())
+        _, start = saved.resume_position(slot)
+        if start > schedule.total_samples:
+            raise SamplingError(
+                f"resume state samples_yielded={start} exceeds the {schedule.total_samples} "
+                "draws of this slot's epoch"
+            )
+        schedule.skip(start)
         return schedule
 
     # ---- plan: entry order, entry/exit clock of every episode, chunk boundaries -------------
@@ -499,21 +513,21 @@ class PoolSchedule:
         count = require_int("count", count, minimum=0)
         return self._entry_ids[self.entered : self.entered + count]
 
-    def state(self) -> SamplingState:
-        """The resume state at the current position."""
+    def state(self) -> ResumeState:
+        """The resume state at the current position: this slot's (kind ``"worker"``), its
+        ``episodes_digest`` that of the schedule's own episodes."""
         slot, params = self._slot, self._params
-        return SamplingState(
+        return ResumeState(
+            kind="worker",
             seed=params.seed,
             epoch=self._epoch,
-            rank=slot.rank,
-            world_size=slot.world_size,
-            worker=slot.worker,
-            num_workers=slot.num_workers,
             pool_size=params.pool_size,
             shuffle=params.shuffle,
-            num_episodes=int(self._ids.size),
-            num_frames=self._total,
+            rank=slot.rank,
+            world_size=slot.world_size,
+            num_workers=slot.num_workers,
             episodes_digest=episodes_digest(self._ids, self._counts),
+            worker=slot.worker,
             samples_yielded=self._position,
         )
 

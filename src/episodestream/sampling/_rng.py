@@ -20,6 +20,7 @@ _PURPOSES = {
     "pool_episode": 4,
     "window_order": 5,
     "window_pool": 6,
+    "window_spread": 7,
 }
 
 

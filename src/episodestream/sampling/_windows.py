@@ -14,7 +14,12 @@ Two exact-coverage pools (:class:`PoolSchedule`) are stacked:
    decoder continues where the previous window stopped.
 2. **Frame draws.** A pool of ``resident_windows`` decoded windows, entered in that order: each
    draw is uniform over the frames left in the resident windows, an exhausted window leaves and
-   the next one enters.
+   the next one enters. With ``spread`` > 0, a draw skips the windows of episodes drawn in the
+   last ``spread`` draws while another resident window is left (then uniform over the frames
+   of the others): several windows of one episode are often resident together, and uniform
+   draws put their frames in the same batch; spreading gives a batch of ``spread + 1`` as many
+   distinct episodes as are resident. Each window still yields its frames in a seeded
+   permutation and leaves when empty.
 
 Every frame is drawn exactly once per epoch. The order is a pure function of (seed, epoch,
 episode set, slot, params), so a resume only skips draws. With ``shuffle=False`` episodes and
@@ -35,8 +40,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from episodestream.errors import BudgetError, SamplingError
-from episodestream.sampling._pool import DEFAULT_POOL_SIZE, PoolParams, PoolSchedule
-from episodestream.sampling._rng import stream_key
+from episodestream.sampling._pool import DEFAULT_POOL_SIZE, PoolEvent, PoolParams, PoolSchedule
+from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
 from episodestream.sampling._validate import canonical_episodes, require_int
 
@@ -52,6 +57,8 @@ __all__ = [
 
 DEFAULT_WINDOW_FRAMES = 64
 """Frames per window unless told otherwise (about two seconds at 30 fps)."""
+DEFAULT_SPREAD = 31
+"""Draws after which an episode may be drawn again while others are resident: a batch of 32."""
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
@@ -67,6 +74,10 @@ class WindowParams:
         resident_windows: decoded windows drawn from at once (>= 1).
         seed: base seed (>= 0).
         shuffle: random order; ``False`` gives the sequential order.
+        spread: draws after which an episode may be drawn again while windows of other
+            episodes are resident (>= 0; 0: draws uniform over the resident frames). Ignored
+            without ``shuffle``. A resume replays the spread draws up to its position (about
+            25 µs each here).
     """
 
     window_frames: int = DEFAULT_WINDOW_FRAMES
@@ -74,10 +85,12 @@ class WindowParams:
     resident_windows: int = 8
     seed: int = 0
     shuffle: bool = True
+    spread: int = DEFAULT_SPREAD
 
     def __post_init__(self) -> None:
         for name in ("window_frames", "open_episodes", "resident_windows"):
             object.__setattr__(self, name, require_int(name, getattr(self, name), minimum=1))
+        object.__setattr__(self, "spread", require_int("spread", self.spread, minimum=0))
         object.__setattr__(self, "seed", require_int("seed", self.seed, minimum=0))
         if not isinstance(self.shuffle, bool | np.bool_):
             raise SamplingError(f"shuffle must be a bool, got {self.shuffle!r}")
@@ -233,18 +246,30 @@ class WindowSchedule:
         entry.setflags(write=False)
         self._entry = entry
         # 2. which frame next: an exact-coverage pool over the windows, in that entry order
-        self._pool = PoolSchedule(
-            np.arange(count, dtype=np.int64),
-            stops - starts,
-            params=PoolParams(
-                pool_size=self._params.resident_windows,
-                seed=stream_key(seed, 0, "window_pool"),
-                shuffle=shuffle,
-            ),
-            slot=slot,
-            epoch=epoch,
-            entry_order=entry,
-        )
+        self._pool: PoolSchedule | _SpreadDraws
+        if shuffle and self._params.spread:
+            context = (slot.rank, slot.world_size, slot.worker, slot.num_workers)
+            self._pool = _SpreadDraws(
+                self._episode,
+                stops - starts,
+                entry,
+                resident_windows=self._params.resident_windows,
+                spread=self._params.spread,
+                key=stream_key(seed, epoch, "window_spread", *context),
+            )
+        else:
+            self._pool = PoolSchedule(
+                np.arange(count, dtype=np.int64),
+                stops - starts,
+                params=PoolParams(
+                    pool_size=self._params.resident_windows,
+                    seed=stream_key(seed, 0, "window_pool"),
+                    shuffle=shuffle,
+                ),
+                slot=slot,
+                epoch=epoch,
+                entry_order=entry,
+            )
         self._pool.skip(require_int("start", start, minimum=0))
 
     # ---- cursor ------------------------------------------------------------------------------
@@ -335,3 +360,119 @@ class WindowSchedule:
         needed = np.concatenate([self.resident(), self._entry[entered:]])
         episodes, counts = np.unique(self._episode[needed], return_counts=True)
         return dict(zip(episodes.tolist(), counts.tolist(), strict=True))
+
+
+class _SpreadDraws:
+    """Frame draws over resident windows that avoid recently drawn episodes (module
+    docstring, ``spread``): the cursor :class:`WindowSchedule` uses in place of a
+    :class:`PoolSchedule` over windows. Draws are produced one at a time (about 30 us each
+    with hundreds of resident windows, against milliseconds to decode a frame; a skip replays
+    them); events name windows as ``episode_id``, as the pool over windows does.
+    """
+
+    def __init__(
+        self,
+        window_episodes: np.ndarray,
+        sizes: np.ndarray,
+        entry: np.ndarray,
+        *,
+        resident_windows: int,
+        spread: int,
+        key: int,
+    ) -> None:
+        self._entry = entry
+        self._left = np.asarray(sizes, dtype=np.int64).copy()
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+        self._total = int(self._sizes.sum())
+        self._key = key
+        self._rng = generator(key)
+        self._spread = spread
+        self._entered = min(resident_windows, int(entry.size))
+        # resident window ids in entry order; a slot freed by a leave takes the next entrant
+        self._resident: list[int] = entry[: self._entered].tolist()
+        # per window, its episode's dense index; per episode, the position of its last draw
+        _, self._episode_index = np.unique(window_episodes, return_inverse=True)
+        self._last_drawn = np.full(int(self._episode_index.max(initial=-1)) + 1, -(2**62))
+        self._frames: dict[int, np.ndarray] = {}  # window -> its frames' order, drawn lazily
+        self._position = 0
+
+    def _frame_order(self, window: int) -> np.ndarray:
+        order = self._frames.get(window)
+        if order is None:
+            order = generator(self._key, window + 1).permutation(int(self._sizes[window]))
+            self._frames[window] = order
+        return order
+
+    def _draw(self) -> tuple[int, int, bool, int]:
+        """One draw: (window, frame within the window, whether it left, entrant or -1)."""
+        resident = np.asarray(self._resident, dtype=np.int64)
+        weights = self._left[resident].astype(np.float64)
+        episodes = self._episode_index[resident]
+        fresh = self._last_drawn[episodes] < self._position - self._spread
+        if fresh.any():
+            weights = np.where(fresh, weights, 0.0)
+        cumulative = np.cumsum(weights)
+        at = int(np.searchsorted(cumulative, self._rng.random() * cumulative[-1], side="right"))
+        at = min(at, resident.size - 1)
+        while weights[at] == 0:  # float edge: land on a window that has frames
+            at -= 1
+        window = int(resident[at])
+        left = int(self._left[window])
+        order = self._frame_order(window)
+        frame = int(order[int(self._sizes[window]) - left])
+        self._left[window] = left - 1
+        self._last_drawn[self._episode_index[window]] = self._position
+        self._position += 1
+        entrant = -1
+        if left == 1:
+            self._frames.pop(window, None)
+            if self._entered < self._entry.size:
+                entrant = int(self._entry[self._entered])
+                self._entered += 1
+                self._resident[at] = entrant
+                # keep entry order: the entrant is the newest
+                self._resident.append(self._resident.pop(at))
+            else:
+                del self._resident[at]
+        return window, frame, left == 1, entrant
+
+    def events(self, batch_draws: int = 4096) -> Iterator[PoolEvent]:
+        for window in self._resident:
+            yield PoolEvent("enter", window, -1, self._position)
+        while self._position < self._total:
+            position = self._position
+            window, frame, leaves, entrant = self._draw()
+            yield PoolEvent("draw", window, frame, position)
+            if leaves:
+                yield PoolEvent("leave", window, -1, position + 1)
+                if entrant >= 0:
+                    yield PoolEvent("enter", entrant, -1, position + 1)
+
+    def skip(self, count: int) -> None:
+        count = require_int("count", count, minimum=0)
+        if self._position + count > self._total:
+            raise SamplingError(
+                f"cannot skip {count} draws from position {self._position}: the epoch has "
+                f"{self._total} samples"
+            )
+        for _ in range(count):
+            self._draw()
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def total_samples(self) -> int:
+        return self._total
+
+    @property
+    def entered(self) -> int:
+        return self._entered
+
+    def resident(self) -> np.ndarray:
+        return np.asarray(self._resident, dtype=np.int64)
+
+    def upcoming(self, count: int) -> np.ndarray:
+        count = require_int("count", count, minimum=0)
+        return self._entry[self._entered : self._entered + count].copy()

@@ -18,7 +18,7 @@ bottleneck link followed by a propagation delay:
 The proxy runs on its own event loop in one daemon thread; :meth:`WanEmulator.close` aborts
 every connection and joins the thread. Faults (5xx bursts, 429, resets mid-body, truncated
 bodies, stalls, wrong ranges) need the HTTP framing, which this byte-level proxy does not
-parse: they live in :class:`~episodestream.serving.FaultProxy`; chain the two
+parse: they live in the test suite's fault proxy (``tests/support/faults.py``); chain the two
 (``WanEmulator(fault_proxy.address, settings)``) for faults over a slow link.
 """
 

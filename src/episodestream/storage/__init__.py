@@ -1,41 +1,45 @@
 """Storage layer: locations and exact byte-range readers (local, HTTP, Hub, fsspec)."""
 
 from episodestream.storage._base import (
+    BaseRangeReader,
     FileInfo,
     ListableReader,
     RangeReader,
+    ReaderStats,
     ReadRequest,
     normalize_relative_path,
 )
 from episodestream.storage._config import (
     DEFAULT_LIMITS,
     DEFAULT_RETRY,
-    DEFAULT_TIMEOUTS,
     RETRYABLE_STATUSES,
     Limits,
+    ReaderOptions,
     RetryPolicy,
     Timeouts,
 )
 from episodestream.storage._fsspec import FsspecRangeReader
-from episodestream.storage._http import (
-    DEFAULT_MAX_SKIP_BYTES,
-    DEFAULT_READ_FILE_MAX_BYTES,
-    HttpRangeReader,
-)
-from episodestream.storage._hub import DEFAULT_HUB_ENDPOINT, HubRangeReader, hub_token
+from episodestream.storage._hostgate import RATE_LIMIT_DIR_ENV, share_rate_limits
+from episodestream.storage._http import HttpRangeReader
+from episodestream.storage._hub import HubRangeReader, hub_token
 from episodestream.storage._local import LocalRangeReader
 from episodestream.storage._location import Location, LocationKind
 from episodestream.storage._open import open_reader
+from episodestream.storage._publish import (
+    DEFAULT_PUBLISH_MESSAGE,
+    PublishResult,
+    check_publishable,
+    publish_file,
+)
 from episodestream.storage._urls import redact_url
 
 __all__ = [
-    "DEFAULT_HUB_ENDPOINT",
     "DEFAULT_LIMITS",
-    "DEFAULT_MAX_SKIP_BYTES",
-    "DEFAULT_READ_FILE_MAX_BYTES",
+    "DEFAULT_PUBLISH_MESSAGE",
     "DEFAULT_RETRY",
-    "DEFAULT_TIMEOUTS",
+    "RATE_LIMIT_DIR_ENV",
     "RETRYABLE_STATUSES",
+    "BaseRangeReader",
     "FileInfo",
     "FsspecRangeReader",
     "HttpRangeReader",
@@ -45,12 +49,18 @@ __all__ = [
     "LocalRangeReader",
     "Location",
     "LocationKind",
+    "PublishResult",
     "RangeReader",
     "ReadRequest",
+    "ReaderOptions",
+    "ReaderStats",
     "RetryPolicy",
     "Timeouts",
+    "check_publishable",
     "hub_token",
     "normalize_relative_path",
     "open_reader",
+    "publish_file",
     "redact_url",
+    "share_rate_limits",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import random
 import time
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from episodestream._checks import check_int, check_number
 from episodestream.errors import ConfigTypeError
@@ -17,6 +19,7 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "RETRYABLE_STATUSES",
     "Limits",
+    "ReaderOptions",
     "RetryPolicy",
     "Timeouts",
 ]
@@ -189,3 +192,97 @@ class RetryPolicy:
 DEFAULT_TIMEOUTS = Timeouts()
 DEFAULT_LIMITS = Limits()
 DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderOptions:
+    """How a reader reaches its store: the typed form of :func:`open_reader`'s options.
+
+    Every field defaults to ``None``, meaning the backend's own default; each backend takes
+    the fields that apply to it and refuses the others when they are set (local paths take
+    none). ``storage_options`` is the one pass-through: given to fsspec as it is.
+
+    Attributes:
+        token: Hub or HTTP bearer token (``False``: never send one); never in ``repr``.
+        headers: extra request headers, treated as credentials (HTTP); never in ``repr``.
+        endpoint: the Hub endpoint (``hf://``; default ``HF_ENDPOINT`` or the Hub).
+        timeouts, limits, retry: :class:`Timeouts`, :class:`Limits`, :class:`RetryPolicy`.
+        verify: TLS verification: ``True``, ``False`` or a CA bundle path (HTTP).
+        failure_log: JSONL file of failed or retried attempts (HTTP).
+        max_skip_bytes: how far past a range a server that ignores ``Range`` may be read.
+        storage_options: fsspec's filesystem options (``{"anon": True}`` for public S3).
+        max_concurrency: ranges in flight at once in ``read_many`` (fsspec).
+        seed: seeds the backoff jitter (tests).
+        transport: makes the HTTP client (see ``storage/_transport.py``; default our wire).
+    """
+
+    token: str | bool | None = field(default=None, repr=False)
+    headers: Mapping[str, str] | None = field(default=None, repr=False)
+    endpoint: str | None = None
+    timeouts: Timeouts | None = None
+    limits: Limits | None = None
+    retry: RetryPolicy | None = None
+    verify: bool | str | None = None
+    failure_log: str | os.PathLike[str] | None = None
+    max_skip_bytes: int | None = None
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False)
+    max_concurrency: int | None = None
+    seed: int | None = None
+    transport: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind in (("timeouts", Timeouts), ("limits", Limits), ("retry", RetryPolicy)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise ConfigTypeError(
+                    f"{name} must be a {kind.__name__}, got {type(value).__name__}"
+                )
+        for name in ("headers", "storage_options"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigTypeError(f"{name} must be a dict, got {type(value).__name__}")
+            if value is not None:  # a copy: the caller's later changes do not leak in
+                object.__setattr__(self, name, dict(value))
+        if self.token is not None and not isinstance(self.token, str | bool):
+            raise ConfigTypeError(f"token must be a str or bool, got {type(self.token).__name__}")
+        if self.max_skip_bytes is not None:
+            check_int("max_skip_bytes", self.max_skip_bytes, minimum=0)
+        if self.max_concurrency is not None:
+            check_int("max_concurrency", self.max_concurrency, minimum=1)
+        if self.transport is not None and not callable(self.transport):
+            raise ConfigTypeError(
+                f"transport must make a transport (a callable), got {type(self.transport).__name__}"
+            )
+
+    def given(self) -> dict[str, Any]:
+        """The fields that were set, by name (what a backend's constructor is called with)."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+    @classmethod
+    def coerce(
+        cls, value: ReaderOptions | Mapping[str, Any] | None, *, what: str = "reader_options"
+    ) -> ReaderOptions:
+        """``value`` as ReaderOptions: as it is, from a dict of its fields, or empty for None.
+
+        Raises:
+            ConfigTypeError: not a ReaderOptions or a dict, or a key that is no field (listing
+                those there are).
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigTypeError(
+                f"{what} must be a ReaderOptions or a dict, got {type(value).__name__}"
+            )
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(value) - set(names))
+        if unknown:
+            raise ConfigTypeError(
+                f"{what}: unknown option(s) {', '.join(map(str, unknown))}; "
+                f"it takes {', '.join(sorted(names))}"
+            )
+        return cls(**value)

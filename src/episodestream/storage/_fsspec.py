@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import os
 import re
 import threading
-import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -38,7 +36,14 @@ from episodestream.errors import (
     StorageError,
     StorageTimeout,
 )
-from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
+from episodestream.storage._base import (
+    DEFAULT_READ_FILE_MAX_BYTES,
+    BaseRangeReader,
+    FileInfo,
+    ReaderStats,
+    ReadRequest,
+    normalize_relative_path,
+)
 from episodestream.storage._config import Limits
 from episodestream.storage._location import Location
 from episodestream.storage._urls import redact_url
@@ -50,7 +55,7 @@ _S3_PROTOCOLS = frozenset({"s3", "s3a"})
 _CONTENT_RANGE_TOTAL = re.compile(r"/(\d+)\s*$")
 
 
-class FsspecRangeReader:
+class FsspecRangeReader(BaseRangeReader):
     """Exact byte ranges of the files under an fsspec URL.
 
     Args:
@@ -102,7 +107,7 @@ class FsspecRangeReader:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        _LIVE_READERS.add(self)
+        self._track_forks()
         self._lock = threading.Lock()
         self._fs: Any = None
         self._root = ""
@@ -125,7 +130,7 @@ class FsspecRangeReader:
         self.__dict__.update(state)
         self._init_runtime()
 
-    def _forget_parent_runtime(self) -> None:
+    def _after_fork_in_child(self) -> None:
         """In a forked child (a DataLoader worker): a fresh filesystem and thread pool.
 
         fsspec's async filesystems refuse to run in a forked child ("not fork-safe"), and the
@@ -138,15 +143,13 @@ class FsspecRangeReader:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._location.url!r})"
 
-    def __enter__(self) -> FsspecRangeReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     @property
     def location(self) -> Location:
         return self._location
+
+    @property
+    def root(self) -> str:
+        return self._location.url
 
     def _filesystem(self) -> tuple[Any, str]:
         with self._lock:
@@ -243,7 +246,7 @@ class FsspecRangeReader:
             raise self._translate(error, where) from error
         return self._checked(data, length, where)
 
-    def read_file(self, path: str, *, max_bytes: int = 512 * 1024 * 1024) -> bytes:
+    def read_file(self, path: str, *, max_bytes: int = DEFAULT_READ_FILE_MAX_BYTES) -> bytes:
         """The whole file in one store request; larger than ``max_bytes`` is an error."""
         fs, full, clean = self._full(path)
         self._count("reads")
@@ -262,6 +265,7 @@ class FsspecRangeReader:
             raise InvalidResponse(
                 f"{where}: file larger than read_file's max_bytes={max_bytes}; read it by ranges"
             )
+        self._count("bytes_returned", len(data))
         return bytes(data)
 
     def _checked(self, data: Any, length: int, where: str) -> bytes:
@@ -274,6 +278,7 @@ class FsspecRangeReader:
                 f"{where}: store returned {len(data)} of {length} bytes (file shorter than the "
                 "range?)"
             )
+        self._count("bytes_returned", length)
         return bytes(data)
 
     def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
@@ -448,9 +453,9 @@ class FsspecRangeReader:
                 out.append(item[len(root) + 1 :])
         return sorted(out)
 
-    def metrics(self) -> dict[str, float | int]:
+    def stats(self) -> ReaderStats:
         with self._lock:
-            return dict(self._counters)
+            return ReaderStats.from_counters(self._counters)
 
     def close(self) -> None:
         with self._lock:
@@ -492,15 +497,3 @@ def _http_date(value: Any) -> str | None:
             value = value.replace(tzinfo=UTC)
         return email.utils.format_datetime(value.astimezone(UTC), usegmt=True)
     return None if value is None or value == "" else str(value)
-
-
-# Readers alive in this process: a forked child makes each drop its parent's runtime.
-_LIVE_READERS: weakref.WeakSet[FsspecRangeReader] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for reader in list(_LIVE_READERS):
-        reader._forget_parent_runtime()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

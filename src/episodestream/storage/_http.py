@@ -1,5 +1,6 @@
 """Native HTTP(S) range reader on a minimal HTTP/1.1 transport (chosen by measurement:
-docs/HTTP_CLIENTS.md; see ``_wire.py``).
+docs/HTTP_CLIENTS.md; see ``_wire.py``), reached through the ``Transport`` seam
+(``_transport.py``); the rules applied to answers, apart from any socket, are ``_httprules.py``.
 
 One exchange = one ``GET`` with a single ``Range``. Every answer is checked before a byte of it is
 trusted: status, ``Content-Range`` start/end/total, body length and the file's validator (ETag or
@@ -16,17 +17,14 @@ requests honours them (``_proxy.py``); a proxy that refuses or cannot be reached
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import random
-import re
 import ssl
 import threading
 import time
 import urllib.parse
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from episodestream.errors import (
+    ConfigTypeError,
     InvalidResponse,
     NotFound,
     ProxyError,
@@ -43,7 +42,14 @@ from episodestream.errors import (
     StorageError,
     StorageTimeout,
 )
-from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
+from episodestream.storage._base import (
+    DEFAULT_READ_FILE_MAX_BYTES,
+    BaseRangeReader,
+    FileInfo,
+    ReaderStats,
+    ReadRequest,
+    normalize_relative_path,
+)
 from episodestream.storage._config import (
     DEFAULT_LIMITS,
     DEFAULT_RETRY,
@@ -53,22 +59,40 @@ from episodestream.storage._config import (
     Timeouts,
 )
 from episodestream.storage._hostgate import HOST_GATES
+from episodestream.storage._httprules import (
+    REDIRECT_STATUSES,
+    AnswerError,
+    Identity,
+    body_encoding,
+    check_partial,
+    check_partial_framing,
+    coalesce_ranges,
+    declared_length,
+    describe_error,
+    if_range_validator,
+    pin_identity,
+    redirect_target,
+    split_range,
+    target_is_fresh,
+    unsatisfied_total,
+)
 from episodestream.storage._messages import server_message
-from episodestream.storage._proxy import proxy_for
-from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
-from episodestream.storage._redirects import REDIRECT_HOSTS, signed_url_expiry
-from episodestream.storage._tls import client_context
-from episodestream.storage._urls import origin_of, redact_url
-from episodestream.storage._wire import (
+from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
+from episodestream.storage._redirects import REDIRECT_HOSTS
+from episodestream.storage._transport import (
     PoolTimeout,
+    ProtocolError,
     ProxyRefused,
     ProxyUnreachable,
-    WireError,
-    WirePool,
-    WireResponse,
+    Response,
+    Transport,
+    TransportFactory,
+    TransportOptions,
 )
+from episodestream.storage._urls import origin_of, redact_url
+from episodestream.storage._wire import WireTransport
 
-__all__ = ["DEFAULT_MAX_SKIP_BYTES", "DEFAULT_READ_FILE_MAX_BYTES", "HttpRangeReader"]
+__all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +105,8 @@ MAX_REDIRECTS = 5
 # Refused (403) redirect targets in a row, each followed by a fresh resolve, before a read
 # gives up; reset whenever bytes arrive.
 MAX_TARGET_REFUSALS = 3
-# Rate-limited answers in a row for one request, each waited out, before it gives up.
-MAX_QUOTA_WAITS = 64
-# A cached target this close to the expiry its query string announces is not reused.
-_EXPIRY_MARGIN_SECONDS = 2.0
-_MAX_ROUTES = 4096
+_MAX_ROUTES = 4096  # URLs whose request headers are kept (signed URLs must not pile up)
 # read_file() refuses files larger than this unless told otherwise (metadata, not videos).
-DEFAULT_READ_FILE_MAX_BYTES = 512 * 1024 * 1024
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
 _READ_CHUNK_BYTES = 1024 * 1024
@@ -95,9 +114,6 @@ _READ_CHUNK_BYTES = 1024 * 1024
 # (episode spans, split parts) arrive with no copy at all.
 _BODY_CALL_BYTES = 16 * 1024 * 1024
 _SKIP_CHUNK_BYTES = 1024 * 1024
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
-_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
 _USER_AGENT = "episodestream/0.1"
 
 
@@ -182,7 +198,7 @@ class _Retry(Exception):  # internal control flow, never escapes the reader
         self.quota = quota  # a 429 that said when its quota resets: wait, do not count it
 
 
-class HttpRangeReader:
+class HttpRangeReader(BaseRangeReader):
     """Exact byte ranges of the files under an HTTP(S) base URL.
 
     Args:
@@ -198,6 +214,9 @@ class HttpRangeReader:
             reach a range (streamed, never buffered); further on, :class:`RangeNotSupported`.
         verify: TLS certificate verification: ``True``, ``False`` or a CA bundle path.
         seed: seeds the backoff jitter (tests); ``None`` draws from the OS.
+        transport: makes the client that carries the bytes (``_transport.py``: a callable
+            from :class:`TransportOptions` to a ``Transport``); default our HTTP/1.1 wire,
+            measured against urllib3 and httpx in docs/HTTP_CLIENTS.md.
 
     Thread-safe; ``read_many`` runs on a bounded pool of ``limits.max_concurrency`` threads,
     joined by :meth:`close`. Pickles without sockets or threads; pinned validators and resolved
@@ -217,11 +236,18 @@ class HttpRangeReader:
         max_skip_bytes: int = DEFAULT_MAX_SKIP_BYTES,
         verify: bool | str = True,
         seed: int | None = None,
+        transport: TransportFactory = WireTransport,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StorageError(f"not an http(s) URL: {redact_url(base_url)!r}")
         self._base_url = base_url.rstrip("/")
+        if token is not None and (isinstance(token, bool) or not isinstance(token, str)):
+            # True/False mean "look one up" / "send none" for hf:// roots only
+            raise ConfigTypeError(
+                f"token for an http(s) URL must be a str, got {token!r} (True/False apply to "
+                "hf:// roots)"
+            )
         credentials = dict(headers or {})
         if token:
             credentials["Authorization"] = f"Bearer {token}"
@@ -234,22 +260,30 @@ class HttpRangeReader:
         self._max_skip_bytes = max_skip_bytes
         self._verify = verify
         self._seed = seed
+        self._transport_factory = transport
         self._files: dict[str, _FileState] = {}
         self._init_runtime()
 
     # ----------------------------------------------------------------- lifecycle and pickling
 
     def _init_runtime(self) -> None:
-        _LIVE_READERS.add(self)
+        self._track_forks()
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
-        self._pools: dict[tuple[str, str, int], WirePool] = {}
-        self._routes: dict[str, tuple[WirePool, str, dict[str, str]]] = {}
+        self._headers_by_url: dict[str, dict[str, str]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._metrics = _Metrics()
         self._rng = random.Random(self._seed)
+        self._transport: Transport = self._transport_factory(
+            TransportOptions(
+                timeouts=self._timeouts,
+                max_connections_per_host=self._limits.max_connections_per_host,
+                verify=self._verify,
+                on_connect=self._count_connect,
+            )
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = {
@@ -261,8 +295,8 @@ class HttpRangeReader:
                 "_log_lock",
                 "_stop",
                 "_closed",
-                "_pools",
-                "_routes",
+                "_transport",
+                "_headers_by_url",
                 "_executor",
                 "_metrics",
                 "_rng",
@@ -279,7 +313,7 @@ class HttpRangeReader:
         self.__dict__.update(state)
         self._init_runtime()
 
-    def _forget_parent_runtime(self) -> None:
+    def _after_fork_in_child(self) -> None:
         """In a forked child (a DataLoader worker): start afresh, keeping pinned validators
         and resolved redirects.
 
@@ -288,26 +322,14 @@ class HttpRangeReader:
         work submitted to it would never run. Locks may have been held by parent threads.
         """
         closed = self._closed
-        inherited = list(self._pools.values())
+        inherited = self._transport
         self._init_runtime()
         self._closed = closed
-        for pool in inherited:
-            # only this thread exists here, so no lock (a parent thread may have held it);
-            # a plain close() drops this process's descriptor and leaves the parent's
-            # connection intact (no shutdown)
-            for connection in list(pool._idle):
-                with contextlib.suppress(OSError):
-                    connection.close()
+        inherited.drop_after_fork()
 
     def __repr__(self) -> str:
         # Never the credentials.
         return f"{type(self).__name__}({redact_url(self._base_url)!r})"
-
-    def __enter__(self) -> HttpRangeReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop waiting retries, interrupt reads in flight, close every connection and join the
@@ -317,18 +339,20 @@ class HttpRangeReader:
                 return
             self._closed = True
             executor, self._executor = self._executor, None
-            pools, self._pools = list(self._pools.values()), {}
-            self._routes = {}
+            self._headers_by_url = {}
         # Stop first, then shut the connections down (a read blocked on a silent server wakes
         # at once and is not retried), and only then join the threads that were reading.
         self._stop.set()
-        for pool in pools:
-            pool.close()
+        self._transport.close()
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
 
     @property
     def base_url(self) -> str:
+        return self._base_url
+
+    @property
+    def root(self) -> str:
         return self._base_url
 
     # ----------------------------------------------------------------------- public reads
@@ -439,15 +463,17 @@ class HttpRangeReader:
                 f"of the file ({size} bytes)"
             )
 
-    def metrics(self) -> dict[str, float | int]:
+    def stats(self) -> ReaderStats:
         """Counters since creation: requests, bytes (received), bytes_returned, retries, resumes,
         redirects, reresolves (a redirect target refused, resolved again), target_refusals
         (reused targets refused: learning a per-range signed host), rate_limited (429s that
         announced their window; also counted in retries), connections, failures,
         ``status_<code>`` counts, and time sums in seconds: connect, headers (request sent →
         headers, includes connect), first_byte (request sent → first body byte), body (first →
-        last body byte), quota_wait (waiting for a host's rate-limit window)."""
-        return self._metrics.snapshot()
+        last body byte), quota_wait (waiting for a host's rate-limit window); in ``other``,
+        failed_attempt_seconds (ranges' failed attempts, send to failure) and
+        retry_sleep_seconds (the backoff slept before retries), once any attempt failed."""
+        return ReaderStats.from_counters(self._metrics.snapshot())
 
     # ------------------------------------------------------------------------- planning
 
@@ -467,35 +493,21 @@ class HttpRangeReader:
 
     def _split(self, offset: int, length: int) -> list[tuple[int, int]]:
         """``[(start, size)]`` sub-ranges of one range, per ``limits.split_*``."""
-        threshold = self._limits.split_threshold_bytes
-        if threshold == 0 or length <= threshold:
-            return [(offset, length)]
-        part = self._limits.split_part_bytes
-        count = -(-length // part)
-        # Even parts, so the last one is not a straggler.
-        even = -(-length // count)
-        parts = [(offset + i * even, min(even, length - i * even)) for i in range(count)]
-        self._metrics.add("split_parts", len(parts))
+        limits = self._limits
+        parts = split_range(offset, length, limits.split_threshold_bytes, limits.split_part_bytes)
+        if len(parts) > 1:
+            self._metrics.add("split_parts", len(parts))
         return parts
 
     def _coalesce(
         self, requests: list[ReadRequest], indices: list[int]
     ) -> list[tuple[int, int, list[int]]]:
         """Merge ranges of one file into ``[(start, end, member indices)]``."""
-        gap = self._limits.coalesce_gap_bytes
-        ceiling = self._limits.coalesce_max_bytes
-        ordered = sorted(indices, key=lambda i: (requests[i].offset, requests[i].end))
-        merged: list[tuple[int, int, list[int]]] = []
-        for index in ordered:
-            request = requests[index]
-            if merged and gap >= 0:
-                start, end, members = merged[-1]
-                new_end = max(end, request.end)
-                if request.offset - end <= gap and new_end - start <= ceiling:
-                    merged[-1] = (start, new_end, [*members, index])
-                    continue
-            merged.append((request.offset, request.end, [index]))
-        return merged
+        spans = [(requests[i].offset, requests[i].end) for i in indices]
+        merged = coalesce_ranges(
+            spans, self._limits.coalesce_gap_bytes, self._limits.coalesce_max_bytes
+        )
+        return [(start, end, [indices[m] for m in members]) for start, end, members in merged]
 
     def _run_all(self, tasks: list[Callable[[], T]]) -> list[T]:
         """Run tasks on at most ``limits.max_concurrency`` threads, the caller's included;
@@ -557,31 +569,6 @@ class HttpRangeReader:
 
     # ------------------------------------------------------------------------- transport
 
-    def _pool_for(self, url: str) -> WirePool:
-        scheme, host, port = origin = origin_of(url)
-        with self._lock:
-            if self._closed:
-                raise StorageError(f"{self!r} is closed")
-            pool = self._pools.get(origin)
-            if pool is None:
-                # decided per origin when its pool is made (the environment as it is then): a
-                # redirect to a CDN host in NO_PROXY goes direct, the origin through the proxy
-                proxy = proxy_for(url)
-                context = client_context(self._verify) if scheme == "https" else None
-                pool = self._pools[origin] = WirePool(
-                    scheme,
-                    host,
-                    port,
-                    maxsize=self._limits.max_connections_per_host,  # a hard cap per host
-                    connect_timeout=self._timeouts.connect_seconds,
-                    read_timeout=self._timeouts.read_seconds,
-                    pool_timeout=self._timeouts.pool_seconds,
-                    ssl_context=context,
-                    on_connect=self._count_connect,
-                    proxy=proxy,
-                )
-            return pool
-
     def _count_connect(self, seconds: float) -> None:
         self._metrics.add("connections")
         self._metrics.add("connect_seconds", seconds)
@@ -592,20 +579,19 @@ class HttpRangeReader:
             headers.update(self._credentials)
         return headers
 
-    def _route(self, url: str) -> tuple[WirePool, str, dict[str, str]]:
-        """(pool, request target, headers) for ``url``, parsed once per URL and cached."""
-        route = self._routes.get(url)
-        if route is None:
-            parts = urllib.parse.urlsplit(url)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            route = (self._pool_for(url), target, self._headers_for(url))
-            if len(self._routes) > _MAX_ROUTES:
-                self._routes.clear()  # expired signed URLs must not pile up
-            self._routes[url] = route
-        return route
+    def _base_headers(self, url: str) -> dict[str, str]:
+        """The headers every request to ``url`` carries, decided once per URL."""
+        headers = self._headers_by_url.get(url)
+        if headers is None:
+            headers = self._headers_for(url)
+            if len(self._headers_by_url) > _MAX_ROUTES:
+                self._headers_by_url.clear()
+            self._headers_by_url[url] = headers
+        return headers
 
-    def _send(self, url: str, extra: dict[str, str] | None = None) -> WireResponse:
-        """One GET whose response body is left unread; transport failures become ``_Retry``.
+    def _send(self, url: str, extra: dict[str, str] | None = None) -> Response:
+        """One GET through the transport, its body left unread; transport failures become
+        ``_Retry`` (or, where retrying cannot help, a typed error).
 
         Waits first while the host's quota gate is closed (a 429 announced its window)."""
         if HOST_GATES.remaining(url) > 0:
@@ -613,11 +599,11 @@ class HttpRangeReader:
             self._metrics.add("quota_wait_seconds", waited)
             if self._stop.is_set():
                 raise StorageError(f"{self!r} was closed while waiting for a rate limit")
-        pool, target, base = self._route(url)
+        base = self._base_headers(url)
         headers = {**base, **extra} if extra else base
         started = time.perf_counter()
         try:
-            response = pool.get(target, headers)
+            response = self._transport.get(url, headers)
         except PoolTimeout as error:
             raise _Retry(
                 StorageTimeout(
@@ -639,53 +625,36 @@ class HttpRangeReader:
             raise StorageError(f"{redact_url(url)}: TLS certificate error: {error}") from error
         except TimeoutError as error:
             raise _Retry(
-                StorageTimeout(f"{redact_url(url)}: timed out: {_describe(error)}")
+                StorageTimeout(f"{redact_url(url)}: timed out: {describe_error(error)}")
             ) from error
-        except WireError as error:
+        except ProtocolError as error:
             raise _Retry(InvalidResponse(f"{redact_url(url)}: {error}")) from error
         except ValueError as error:
             # an unsafe request target or header the transport refuses to send: not retried
             raise StorageError(f"{redact_url(url)}: {error}") from error
         except OSError as error:
             raise _Retry(
-                StorageError(f"{redact_url(url)}: connection failed: {_describe(error)}")
+                StorageError(f"{redact_url(url)}: connection failed: {describe_error(error)}")
             ) from error
         finally:
             self._metrics.add("headers_seconds", time.perf_counter() - started)
         self._metrics.add("requests")
         self._metrics.add(f"status_{response.status}")
-        if response.status == 407 and pool.proxy is not None:
-            # an http request the proxy itself refused (a CONNECT refusal is raised above)
-            response.discard()
-            proxy = pool.proxy
-            hint = (
-                "its credentials were refused"
-                if proxy.has_credentials
-                else "it wants credentials: http://user:password@host:port"
-            )
-            raise ProxyError(
-                f"{redact_url(url)}: the proxy {proxy.label} answered HTTP 407; {hint}"
-            )
         return response
 
-    @staticmethod
-    def _discard(response: WireResponse) -> None:
-        """Drop a response whose body we will not (fully) read: close its connection."""
-        response.discard()
-
     def _read_small_body(
-        self, response: WireResponse, limit: int, *, strict: bool = False
+        self, response: Response, limit: int, *, strict: bool = False
     ) -> bytes | None:
-        """The whole body when it fits in ``limit`` bytes, the connection then reused.
+        """The whole body when it fits in ``limit`` bytes (the response's ``with`` then keeps
+        its connection).
 
-        A larger (declared or actual) body, or a broken one, closes the connection and gives
-        ``None`` — or, with ``strict``, raises: ``InvalidResponse`` for too large, ``_Retry``
-        for a broken transfer.
+        A larger (declared or actual) body, or a broken one, is left unread (the ``with``
+        closes the connection) and gives ``None`` — or, with ``strict``, raises:
+        ``InvalidResponse`` for too large, ``_Retry`` for a broken transfer.
         """
         where = "response body"
         length = response.headers.get("Content-Length")
         if length is not None and (not length.strip().isdigit() or int(length) > limit):
-            self._discard(response)
             if strict:
                 raise InvalidResponse(f"{where}: body of {length} bytes exceeds {limit}")
             return None
@@ -701,16 +670,14 @@ class HttpRangeReader:
                 parts.append(chunk)
                 total += len(chunk)
                 if total > limit:
-                    self._discard(response)
                     if strict:
                         raise InvalidResponse(f"{where}: body larger than {limit} bytes")
                     return None
         except (OSError, ValueError) as error:
-            self._discard(response)
             if strict:
-                raise _Retry(StorageError(f"{where}: body broken: {_describe(error)}")) from error
+                broken = StorageError(f"{where}: body broken: {describe_error(error)}")
+                raise _Retry(broken) from error
             return None
-        response.release()
         return b"".join(parts)
 
     # -------------------------------------------------------------------------- exchanges
@@ -762,7 +729,7 @@ class HttpRangeReader:
             trusted = self._trusts_validators(url)
             headers = {"Range": f"bytes={start}-{end - 1}"}
             with self._lock:
-                if_range = _if_range(state) if trusted else None
+                if_range = if_range_validator(state.etag, state.last_modified) if trusted else None
             if if_range:
                 headers["If-Range"] = if_range
             sent = time.perf_counter()
@@ -774,78 +741,82 @@ class HttpRangeReader:
                         REDIRECT_HOSTS.release(url)
                     failure.error.args = (f"{failure.error} (bytes {start}-{end - 1})",)
                     raise
-                status = response.status
-                if reused:
-                    self._learn_reuse(state, url, status)
-                if status in _REDIRECTS:
-                    target = self._follow(state, response, url, start, end)
-                    hops += 1
-                    if hops > MAX_REDIRECTS:
-                        raise InvalidResponse(
-                            f"{state.label} bytes {start}-{end - 1}: too many redirects"
-                        )
-                    own = (target, start, end)
-                    with self._lock:
-                        state.target = target
-                    continue
-                if status == 206:
-                    received, failure = self._take_partial(
-                        state, response, start, end, sent, limit, trusted=trusted
-                    )
-                    if received:
-                        pieces.append(received)
-                        done += len(received)
-                        refusals = hops = limited = 0
-                    if to_end:
-                        end = self._clip_to_size(state, end)
-                    if failure is None:
+                with response:  # released when fully read, else discarded
+                    status = response.status
+                    if reused:
+                        self._learn_reuse(state, url, status)
+                    if status in REDIRECT_STATUSES:
+                        target = self._follow(state, response, url, start, end)
+                        hops += 1
+                        if hops > MAX_REDIRECTS:
+                            raise InvalidResponse(
+                                f"{state.label} bytes {start}-{end - 1}: too many redirects"
+                            )
+                        own = (target, start, end)
+                        with self._lock:
+                            state.target = target
                         continue
-                    if received:
-                        # Progress made: resume from the first missing byte.
-                        self._metrics.add("resumes")
-                        attempt = 0
-                    raise failure
-                if status == 200:
-                    if to_end:
-                        self._check_total(state, response, _content_length(response), limit)
-                    whole = self._take_whole(state, response, start, end, probe, sent, trusted)
-                    if probe:
-                        return b""
-                    pieces.append(whole)
-                    done += len(whole)
-                    refusals = hops = limited = 0
-                    if to_end:
-                        end = self._clip_to_size(state, end)
-                    continue
-                if status == 416 and (probe or to_end):
-                    total = _unsatisfied_total(response.headers.get("Content-Range"))
-                    self._read_small_body(response, 64 * 1024)
-                    if total is not None and total <= start:
-                        # The file ends exactly where we are (an empty file, for a probe).
-                        self._pin(state, response.headers, total, start, end, trusted=trusted)
-                        break
-                    raise InvalidResponse(
-                        f"{state.label}: HTTP 416 for bytes {start}- of a file of "
-                        f"{total if total is not None else 'unknown'} bytes"
-                    )
-                if status == 403 and url != state.url and refusals < MAX_TARGET_REFUSALS:
-                    # A redirect target refused: expired, or signed for another range. Ask the
-                    # origin again for this very range (bounded; reset when bytes arrive).
-                    self._read_small_body(response, 64 * 1024)
-                    with self._lock:
-                        if state.target == url:
-                            state.target = None
-                    refusals += 1
-                    own = None
-                    self._metrics.add("reresolves")
-                    continue
-                self._raise_for_status(state, response, start, end)
+                    if status == 206:
+                        received, failure = self._take_partial(
+                            state, response, start, end, sent, limit, trusted=trusted
+                        )
+                        if received:
+                            pieces.append(received)
+                            done += len(received)
+                            refusals = hops = limited = 0
+                        if to_end:
+                            end = self._clip_to_size(state, end)
+                        if failure is None:
+                            continue
+                        if received:
+                            # Progress made: resume from the first missing byte.
+                            self._metrics.add("resumes")
+                            attempt = 0
+                        raise failure
+                    if status == 200:
+                        if to_end:
+                            declared = declared_length(response.headers)
+                            self._check_total(state, response, declared, limit)
+                        whole = self._take_whole(state, response, start, end, probe, sent, trusted)
+                        if probe:
+                            return b""
+                        pieces.append(whole)
+                        done += len(whole)
+                        refusals = hops = limited = 0
+                        if to_end:
+                            end = self._clip_to_size(state, end)
+                        continue
+                    if status == 416 and (probe or to_end):
+                        total = unsatisfied_total(response.headers.get("Content-Range"))
+                        self._read_small_body(response, 64 * 1024)
+                        if total is not None and total <= start:
+                            # The file ends exactly where we are (an empty file, for a probe).
+                            self._pin(state, response.headers, total, start, end, trusted=trusted)
+                            break
+                        raise InvalidResponse(
+                            f"{state.label}: HTTP 416 for bytes {start}- of a file of "
+                            f"{total if total is not None else 'unknown'} bytes"
+                        )
+                    if status == 403 and url != state.url and refusals < MAX_TARGET_REFUSALS:
+                        # A redirect target refused: expired, or signed for another range. Ask the
+                        # origin again for this very range (bounded; reset when bytes arrive).
+                        self._read_small_body(response, 64 * 1024)
+                        with self._lock:
+                            if state.target == url:
+                                state.target = None
+                        refusals += 1
+                        own = None
+                        self._metrics.add("reresolves")
+                        continue
+                    self._raise_for_status(state, response, start, end)
             except _Retry as failure:
                 if failure.quota is not None:
                     limited += 1
                     self._hold_for_quota(state, url, start, end, limited, failure)
                     continue
                 attempt += 1
+                # what failing costs, apart from the sleeps between attempts
+                self._metrics.add("failed_attempt_seconds", time.perf_counter() - sent)
                 # time spent waiting for a quota window is not time spent failing
                 waited = HOST_GATES.waited_here() - gate_mark
                 self._after_failure(state, start, end, attempt, started + waited, failure)
@@ -884,11 +855,12 @@ class HttpRangeReader:
         """(URL to send a new range to, whether it is a cached target reused for it)."""
         with self._lock:
             target = state.target
-        if target is not None:
-            expiry = signed_url_expiry(target)
-            fresh = expiry is None or expiry - time.time() > _EXPIRY_MARGIN_SECONDS
-            if fresh and REDIRECT_HOSTS.may_reuse(target):
-                return target, True
+        if (
+            target is not None
+            and target_is_fresh(target, time.time())
+            and REDIRECT_HOSTS.may_reuse(target)
+        ):
+            return target, True
         return state.url, False
 
     def _learn_reuse(self, state: _FileState, target: str, status: int) -> None:
@@ -909,26 +881,24 @@ class HttpRangeReader:
         else:
             REDIRECT_HOSTS.release(target)
 
-    def _follow(
-        self, state: _FileState, response: WireResponse, url: str, start: int, end: int
-    ) -> str:
+    def _follow(self, state: _FileState, response: Response, url: str, start: int, end: int) -> str:
         """The checked absolute target of a redirect answer (its body drained)."""
-        where = f"{state.label} bytes {start}-{end - 1}"
-        location = response.headers.get("Location")
         headers = response.headers
-        self._read_small_body(response, 64 * 1024)
-        if not location:
-            raise InvalidResponse(f"{where}: redirect without Location")
-        _check_location(location, where)
-        target = urllib.parse.urljoin(url, location)
-        if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
-            raise InvalidResponse(
-                f"{state.label}: redirect to a non-HTTP URL {redact_url(target)!r}"
-            )
+        target = self._redirect_target(response, url, f"{state.label} bytes {start}-{end - 1}")
         self._metrics.add("redirects")
         if url == state.url or self._trusts_validators(url):
             self._on_resolve(state, headers, start, end)
         return target
+
+    def _redirect_target(self, response: Response, url: str, where: str) -> str:
+        """Every redirect goes through here (ranges and documents): its small body drained so
+        the connection is reused, its ``Location`` checked and made absolute."""
+        location = response.headers.get("Location")
+        self._read_small_body(response, 64 * 1024)
+        try:
+            return redirect_target(url, location)
+        except AnswerError as error:
+            raise InvalidResponse(f"{where}: {error}") from None
 
     def _on_resolve(
         self, state: _FileState, headers: Mapping[str, str], start: int, end: int
@@ -947,7 +917,7 @@ class HttpRangeReader:
     def _take_partial(
         self,
         state: _FileState,
-        response: WireResponse,
+        response: Response,
         start: int,
         end: int,
         sent: float,
@@ -957,51 +927,27 @@ class HttpRangeReader:
     ) -> tuple[bytes, _Retry | None]:
         """Check a 206 and read its body: (bytes received, failure or None)."""
         where = f"{state.label} bytes {start}-{end - 1}"
-        content_range = response.headers.get("Content-Range", "")
-        match = _CONTENT_RANGE.match(content_range)
-        if match is None:
-            self._discard(response)
-            return b"", _Retry(
-                InvalidResponse(f"{where}: 206 with Content-Range {content_range!r}")
-            )
-        first, last = int(match.group(1)), int(match.group(2))
-        total = None if match.group(3) == "*" else int(match.group(3))
-        if first != start or last < first or last > end - 1:
-            self._discard(response)
-            return b"", _Retry(
-                InvalidResponse(f"{where}: server answered Content-Range {content_range!r}")
-            )
         try:
-            self._pin(state, response.headers, total, start, end, trusted=trusted)
-        except StorageError:
-            self._discard(response)
-            raise
-        self._check_total(state, response, total, limit)
-        expected = last - first + 1
-        declared = response.headers.get("Content-Length")
-        if declared is not None and declared.strip() != str(expected):
-            self._discard(response)
-            return b"", _Retry(
-                InvalidResponse(
-                    f"{where}: Content-Length {declared} does not match Content-Range "
-                    f"{content_range!r}"
-                )
-            )
-        encoding = response.headers.get("Content-Encoding", "identity").lower()
-        if encoding not in ("identity", ""):
-            self._discard(response)
+            answered = check_partial(response.headers.get("Content-Range"), start, end)
+        except AnswerError as error:
+            return b"", _Retry(InvalidResponse(f"{where}: {error}"))
+        self._pin(state, response.headers, answered.total, start, end, trusted=trusted)
+        self._check_total(state, response, answered.total, limit)
+        expected = answered.length
+        try:
+            check_partial_framing(response.headers, expected)
+        except AnswerError as error:
+            return b"", _Retry(InvalidResponse(f"{where}: {error}"))
+        encoding = body_encoding(response.headers)
+        if encoding is not None:
             raise InvalidResponse(f"{where}: body sent with Content-Encoding {encoding!r}")
         received, failure = self._read_body(response, expected, where, sent)
-        if failure is None:
-            response.release()  # fully read: the connection is reusable
-        else:
-            self._discard(response)
         return received, failure
 
     def _take_whole(
         self,
         state: _FileState,
-        response: WireResponse,
+        response: Response,
         start: int,
         end: int,
         probe: bool,
@@ -1010,22 +956,15 @@ class HttpRangeReader:
     ) -> bytes:
         """A 200 to a range request: a changed file (If-Range) or a server ignoring ranges."""
         where = f"{state.label} bytes {start}-{end - 1}"
-        declared = response.headers.get("Content-Length")
-        total = int(declared) if declared is not None and declared.strip().isdigit() else None
-        try:
-            self._pin(state, response.headers, total, start, end, trusted=trusted)
-        except StorageError:
-            self._discard(response)
-            raise
+        total = declared_length(response.headers)
+        self._pin(state, response.headers, total, start, end, trusted=trusted)
         if probe:
-            self._discard(response)
             if total is None:
                 raise RangeNotSupported(
                     f"{where}: server ignores Range and sends no Content-Length"
                 )
             return b""
         if start > self._max_skip_bytes:
-            self._discard(response)
             raise RangeNotSupported(
                 f"{where}: server ignores Range (HTTP 200); reaching byte {start} would mean "
                 f"streaming past more than max_skip_bytes={self._max_skip_bytes}"
@@ -1040,23 +979,19 @@ class HttpRangeReader:
                 skipped += len(chunk)
                 self._metrics.add("bytes", len(chunk))
         except (OSError, ValueError) as error:
-            self._discard(response)
-            raise _Retry(StorageError(f"{where}: {_describe(error)}")) from error
+            raise _Retry(StorageError(f"{where}: {describe_error(error)}")) from error
         if skipped < start:
-            self._discard(response)
             raise InvalidResponse(f"{where}: file ends at byte {skipped}")
         stop = end if total is None else min(end, total)
         received, failure = self._read_body(response, stop - start, where, sent)
-        self._discard(response)  # the rest of the file is not wanted
         if failure is not None:
             raise failure
         return received
 
     def _check_total(
-        self, state: _FileState, response: WireResponse, total: int | None, limit: int | None
+        self, state: _FileState, response: Response, total: int | None, limit: int | None
     ) -> None:
         if limit is not None and total is not None and total > limit:
-            self._discard(response)
             raise InvalidResponse(
                 f"{state.label}: file of {total} bytes is larger than read_file's "
                 f"max_bytes={limit}; read it by ranges"
@@ -1068,7 +1003,7 @@ class HttpRangeReader:
         return end if size is None else min(end, size)
 
     def _read_body(
-        self, response: WireResponse, wanted: int, where: str, sent: float
+        self, response: Response, wanted: int, where: str, sent: float
     ) -> tuple[bytes, _Retry | None]:
         """Up to ``wanted`` body bytes; a short or broken body yields what came and a ``_Retry``.
 
@@ -1114,7 +1049,8 @@ class HttpRangeReader:
             # ValueError: peek/read on a socket file the server already closed.
             failure = _Retry(
                 StorageError(
-                    f"{where}: body broken after {position} of {wanted} bytes: {_describe(error)}"
+                    f"{where}: body broken after {position} of {wanted} bytes: "
+                    f"{describe_error(error)}"
                 )
             )
             failure.__cause__ = error
@@ -1139,42 +1075,31 @@ class HttpRangeReader:
         host) has only its size checked, and a different size there is a bad answer
         (:class:`InvalidResponse`), not a changed file: only the origin says that.
         """
-        etag = headers.get("ETag") if trusted else None
-        last_modified = headers.get("Last-Modified") if trusted else None
+        seen = Identity(total, headers.get("ETag"), headers.get("Last-Modified"))
         with self._lock:
-            problems = []
-            if total is not None and state.size is not None and total != state.size:
-                if not trusted:
-                    raise InvalidResponse(
-                        f"{state.label} bytes {start}-{end - 1}: a redirect target reports "
-                        f"a size of {total} bytes, the origin {state.size}"
-                    )
-                problems.append(f"size {state.size} -> {total}")
-            if etag and state.etag and etag != state.etag:
-                problems.append(f"ETag {state.etag} -> {etag}")
-            elif (
-                last_modified
-                and state.last_modified
-                and last_modified != state.last_modified
-                and not (etag and state.etag)
-            ):
-                problems.append(f"Last-Modified {state.last_modified} -> {last_modified}")
-            if problems:
+            known = Identity(state.size, state.etag, state.last_modified)
+            verdict = pin_identity(known, seen, trusted=trusted)
+            if verdict.foreign_size is not None:
+                raise InvalidResponse(
+                    f"{state.label} bytes {start}-{end - 1}: a redirect target reports "
+                    f"a size of {verdict.foreign_size} bytes, the origin {state.size}"
+                )
+            if verdict.changes:
                 raise StaleSourceError(
                     f"{state.label} changed while being read (bytes {start}-{end - 1}): "
-                    + ", ".join(problems)
+                    + ", ".join(verdict.changes)
                 )
-            if total is not None and state.size is None:
-                state.size = total
-            if etag and state.etag is None:
-                state.etag = etag
-            if last_modified and state.last_modified is None:
-                state.last_modified = last_modified
+            pinned = verdict.pinned
+            state.size, state.etag, state.last_modified = (
+                pinned.size,
+                pinned.etag,
+                pinned.last_modified,
+            )
 
     def _raise_for_status(
         self,
         state: _FileState,
-        response: WireResponse,
+        response: Response,
         start: int | None,
         end: int | None,
     ) -> None:
@@ -1204,7 +1129,7 @@ class HttpRangeReader:
             reason = f" — the server says: {said}" if said else ""
             raise StorageError(f"{where}: HTTP {status}, access denied{hint}{reason}")
         if status == 416:
-            total = _unsatisfied_total(headers.get("Content-Range"))
+            total = unsatisfied_total(headers.get("Content-Range"))
             with self._lock:
                 known = state.size
             if total is not None and known is not None and total != known:
@@ -1231,6 +1156,7 @@ class HttpRangeReader:
             error.args = (f"{error} — gave up after {attempt} attempt(s) in {elapsed:.1f} s",)
             raise error from failure.__cause__
         logger.debug("retrying %s in %.2f s: %s", state.label, delay, failure.error)
+        self._metrics.add("retry_sleep_seconds", delay)
         if self._stop.wait(delay):
             raise StorageError(f"{self!r} was closed while waiting to retry") from failure.error
 
@@ -1281,25 +1207,21 @@ class HttpRangeReader:
                 raise StorageError(f"{self!r} is closed")
             try:
                 response = self._send(url)
-                status = response.status
-                if status in _REDIRECTS:
-                    location = response.headers.get("Location")
-                    self._read_small_body(response, 64 * 1024)
-                    hops += 1
-                    if not location or hops > MAX_REDIRECTS:
-                        raise InvalidResponse(f"{redact_url(url)}: bad or endless redirects")
-                    _check_location(location, redact_url(url))
-                    url = urllib.parse.urljoin(url, location)
-                    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-                        raise InvalidResponse(f"redirect to a non-HTTP URL {redact_url(url)!r}")
-                    continue
-                if status == 200:
-                    headers = response.headers
-                    body = self._read_small_body(response, max_bytes, strict=True)
-                    assert body is not None
-                    self._metrics.add("bytes", len(body))
-                    return body, headers
-                self._raise_for_status(state, response, None, None)
+                with response:
+                    status = response.status
+                    if status in REDIRECT_STATUSES:
+                        hops += 1
+                        if hops > MAX_REDIRECTS:
+                            raise InvalidResponse(f"{redact_url(url)}: too many redirects")
+                        url = self._redirect_target(response, url, redact_url(url))
+                        continue
+                    if status == 200:
+                        headers = response.headers
+                        body = self._read_small_body(response, max_bytes, strict=True)
+                        assert body is not None
+                        self._metrics.add("bytes", len(body))
+                        return body, headers
+                    self._raise_for_status(state, response, None, None)
             except _Retry as failure:
                 if failure.quota is not None:
                     limited += 1
@@ -1310,59 +1232,6 @@ class HttpRangeReader:
                 self._after_failure(state, 0, 1, attempt, started + waited, failure)
 
 
-# Readers alive in this process: a forked child makes each drop its parent's runtime.
-_LIVE_READERS: weakref.WeakSet[HttpRangeReader] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for reader in list(_LIVE_READERS):
-        reader._forget_parent_runtime()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
 # A body slower than this (after the first read timeout's worth of grace) fails the attempt,
 # so a trickling server cannot hold a read forever.
 _MIN_BODY_BYTES_PER_SECOND = 64 * 1024
-
-_REDIRECTS = _REDIRECT_STATUSES
-
-
-def _if_range(state: _FileState) -> str | None:
-    """The validator to send as If-Range: a strong ETag, else Last-Modified (RFC 9110 13.1.5)."""
-    if state.etag and not state.etag.startswith("W/"):
-        return state.etag
-    return state.last_modified
-
-
-def _content_length(response: WireResponse) -> int | None:
-    declared = response.headers.get("Content-Length")
-    return int(declared) if declared is not None and declared.strip().isdigit() else None
-
-
-_UNSAFE_IN_URL = re.compile(r"[\x00-\x20\x7f]")
-
-
-def _check_location(location: str, where: str) -> None:
-    """Refuse a redirect target with control characters or whitespace before it is used: URL
-    parsing silently drops some of them (tab, CR, LF) and the rest would go out in a request
-    line, where a CR splits it (request smuggling)."""
-    if _UNSAFE_IN_URL.search(location):
-        raise InvalidResponse(
-            f"{where}: redirect Location with control characters or whitespace "
-            f"{redact_url(location)[:120]!r}"
-        )
-
-
-def _unsatisfied_total(content_range: str | None) -> int | None:
-    match = _UNSATISFIED_RANGE.match(content_range or "")
-    return int(match.group(1)) if match else None
-
-
-def _describe(error: BaseException) -> str:
-    """A short description of a transport error, without URLs (they may carry signatures)."""
-    reason = getattr(error, "reason", None)
-    base = reason if isinstance(reason, BaseException) else error
-    text = str(base)
-    text = re.sub(r"https?://\S+", "<url>", text)
-    return f"{type(base).__name__}: {text}" if text else type(base).__name__

@@ -1,6 +1,8 @@
 """Hugging Face Hub reader: dataset repos (revision pinned to a commit) and buckets.
 
-Files are read through the Hub's ``resolve`` URLs with the native HTTP reader. Small git files
+The control plane (the token to send, the endpoint, a revision's commit) is huggingface_hub's
+(``_hubapi.py``). Files are read through the Hub's ``resolve`` URLs with the native HTTP reader,
+measured to win on byte ranges (docs/HTTP_CLIENTS.md). Small git files
 are served by the Hub itself; large (LFS/Xet) files are redirected to one of several CDN hosts
 with a signed, expiring URL that may be valid for the exact ``Range`` of the redirected request
 only (the HTTP reader learns that once per CDN host: ``_redirects.py``). The token goes to the
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
 import re
 import threading
@@ -28,13 +29,13 @@ from typing import Any
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
 from episodestream.storage._base import FileInfo, normalize_relative_path
 from episodestream.storage._http import HttpRangeReader, _FileState
+from episodestream.storage._hubapi import hub_commit, hub_endpoint, hub_token
 from episodestream.storage._location import Location
 from episodestream.storage._urls import origin_of
 
-__all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_token"]
+__all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_endpoint", "hub_token"]
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
-STAGING_HUB_ENDPOINT = "https://hub-ci.huggingface.co"
 # Hub hosts that receive the token besides the configured endpoint: an HF_ENDPOINT mirror may
 # redirect back to them, and huggingface_hub keeps the token on such a redirect (its
 # ``_is_same_or_hub_host``). Never a CDN host.
@@ -51,64 +52,6 @@ _MAX_LIST_PAGES = 100_000
 _LISTING_WAIT_S = 120.0
 
 
-def hub_token(token: str | bool | None = None) -> str | None:
-    """The Hub token to use, decided as huggingface_hub decides it (``get_token_to_send``).
-
-    - a str: that token; ``False``: none;
-    - ``None``: the ambient login, unless ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set (then none);
-    - ``True``: the ambient login, and a :class:`StorageError` when there is none.
-
-    The ambient login is ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the file
-    ``huggingface_hub`` stores on ``hf auth login``: ``HF_TOKEN_PATH``, or ``token`` under
-    ``HF_HOME`` (default ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``).
-    Environment variables are read at each call (huggingface_hub reads them at import).
-    """
-    if token is False:
-        return None
-    if isinstance(token, str) and token:
-        return token
-    if token is None and _env_true("HF_HUB_DISABLE_IMPLICIT_TOKEN"):
-        return None
-    ambient = _ambient_token()
-    if token is True and ambient is None:
-        raise StorageError(
-            "token=True but no Hub token found: set HF_TOKEN or log in with `hf auth login`"
-        )
-    return ambient
-
-
-def hub_endpoint() -> str:
-    """The Hub endpoint as huggingface_hub picks it: ``HF_ENDPOINT`` (default
-    ``https://huggingface.co``), replaced by the staging Hub when ``HUGGINGFACE_CO_STAGING``
-    is set."""
-    if _env_true("HUGGINGFACE_CO_STAGING"):
-        return STAGING_HUB_ENDPOINT
-    return os.environ.get("HF_ENDPOINT", DEFAULT_HUB_ENDPOINT).rstrip("/") or DEFAULT_HUB_ENDPOINT
-
-
-def _env_true(name: str) -> bool:
-    """An environment switch as huggingface_hub reads one (``1``, ``ON``, ``YES``, ``TRUE``)."""
-    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _ambient_token() -> str | None:
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    path = os.environ.get("HF_TOKEN_PATH")
-    if not path:
-        cache = os.environ.get("XDG_CACHE_HOME", os.path.join("~", ".cache"))
-        home = os.environ.get("HF_HOME", os.path.join(cache, "huggingface"))
-        path = os.path.join(home, "token")
-    try:
-        with open(os.path.expanduser(path), encoding="utf-8") as handle:
-            value = handle.read().strip()
-    except OSError:
-        return None
-    return value or None
-
-
 class HubRangeReader(HttpRangeReader):
     """Byte ranges of the files of a Hub dataset repo or bucket, relative to its location.
 
@@ -119,9 +62,9 @@ class HubRangeReader(HttpRangeReader):
         **http_options: passed to :class:`HttpRangeReader` (timeouts, limits, retry, …).
 
     A dataset's revision (default ``main``) is resolved to its commit sha when the reader is
-    created — one API call — and every file is read at that commit, so a push during a run
-    changes nothing. Buckets are not versioned; there, the per-file validators pinned by the HTTP
-    reader catch a replaced file.
+    created — one ``dataset_info`` call through huggingface_hub — and every file is read at that
+    commit, so a push during a run changes nothing. Buckets are not versioned; there, the
+    per-file validators pinned by the HTTP reader catch a replaced file.
     """
 
     def __init__(
@@ -136,7 +79,9 @@ class HubRangeReader(HttpRangeReader):
         if parsed.kind != "hub":
             raise LocationError(f"not a Hub location: {parsed.url!r}")
         endpoint = (endpoint or hub_endpoint()).rstrip("/")
-        super().__init__(endpoint, token=hub_token(token), **http_options)
+        resolved_token = hub_token(token)
+        super().__init__(endpoint, token=resolved_token, **http_options)
+        self._token = resolved_token  # for huggingface_hub's calls (revision lookups)
         self._location = parsed
         self._listed_folders: dict[str, threading.Event] = {}
         self._commit: str | None = None
@@ -149,37 +94,35 @@ class HubRangeReader(HttpRangeReader):
         return self._location
 
     @property
+    def root(self) -> str:
+        return self._location.url
+
+    @property
     def commit(self) -> str | None:
         """The commit sha every file is read at (``None`` for buckets)."""
+        return self._commit
+
+    @property
+    def revision(self) -> str | None:
+        """The pinned commit: a dataset repo's files never change under it (buckets: None)."""
         return self._commit
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._location.url!r})"
 
     def _resolve(self, revision: str) -> str:
+        """The commit ``revision`` points at now, asked through huggingface_hub."""
         assert self._location.repo_id is not None
-        url = (
-            f"{self.base_url}/api/datasets/{self._location.repo_id}/revision/"
-            f"{urllib.parse.quote(revision, safe='')}"
+        return hub_commit(
+            self._location.repo_id,
+            revision,
+            endpoint=self.base_url,
+            token=self._token,
+            timeout_seconds=max(self._timeouts.connect_seconds, self._timeouts.read_seconds),
+            retry=self._retry,
+            stop=self._stop,
+            rng=self._rng,
         )
-        try:
-            body, _ = self._get_document(url)
-        except NotFound as error:
-            raise NotFound(
-                f"Hub dataset {self._location.repo_id!r} or its revision {revision!r} not "
-                "found (or private without a valid token)"
-            ) from error
-        try:
-            sha = json.loads(body)["sha"]
-        except (ValueError, KeyError, TypeError) as error:
-            raise InvalidResponse(
-                f"Hub revision answer for {self._location.repo_id}@{revision} has no 'sha'"
-            ) from error
-        if not isinstance(sha, str) or not _COMMIT_SHA.match(sha):
-            raise InvalidResponse(
-                f"Hub revision answer for {self._location.repo_id}@{revision}: bad sha {sha!r}"
-            )
-        return sha
 
     def _is_hub(self, url: str) -> bool:
         origin = origin_of(url)
@@ -240,8 +183,8 @@ class HubRangeReader(HttpRangeReader):
         state["_listed_folders"] = {}  # the sizes travel in the file states; events do not
         return state
 
-    def _forget_parent_runtime(self) -> None:
-        super()._forget_parent_runtime()
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
         # a listing in flight in a parent thread never finishes here
         self._listed_folders = {}
 
@@ -270,7 +213,9 @@ class HubRangeReader(HttpRangeReader):
         """``(relative path, size)`` of every file under ``prefix``; sizes are kept (pinned
         commits only) for the files' states."""
         clean = normalize_relative_path(prefix)
-        folder = urllib.parse.quote(self._repo_path(clean), safe="/")
+        wanted = self._repo_path(clean)
+        # one path segment, as huggingface_hub's list_repo_tree / list_bucket_tree send it
+        folder = urllib.parse.quote(wanted, safe="")
         repo_id = self._location.repo_id
         if self._location.repo_type == "buckets":
             url = f"{self.base_url}/api/buckets/{repo_id}/tree/{folder}"
@@ -278,6 +223,9 @@ class HubRangeReader(HttpRangeReader):
             url = f"{self.base_url}/api/datasets/{repo_id}/tree/{self._commit}/{folder}"
         url = url.rstrip("/") + "?recursive=true"
         inner = self._location.path
+        # a bucket lists every path that starts with the prefix as a string ("runs" also gives
+        # "runs2/..."): only the folder itself counts
+        boundary = wanted + "/" if wanted else ""
         files: list[tuple[str, int | None]] = []
         for page in range(_MAX_LIST_PAGES):
             try:
@@ -289,15 +237,17 @@ class HubRangeReader(HttpRangeReader):
             try:
                 entries = json.loads(body)
             except ValueError as error:
-                raise InvalidResponse(f"Hub tree listing of {folder!r} is not JSON") from error
+                raise InvalidResponse(f"Hub tree listing of {wanted!r} is not JSON") from error
             if not isinstance(entries, list):
-                raise InvalidResponse(f"Hub tree listing of {folder!r} is not a list")
+                raise InvalidResponse(f"Hub tree listing of {wanted!r} is not a list")
             for entry in entries:
                 if not isinstance(entry, dict) or entry.get("type") != "file":
                     continue
                 path = entry.get("path")
                 if not isinstance(path, str):
                     raise InvalidResponse(f"Hub tree entry without a path: {entry!r}")
+                if boundary and not path.startswith(boundary) and path != wanted:
+                    continue
                 if inner:
                     if not path.startswith(inner + "/"):
                         continue
@@ -321,7 +271,7 @@ class HubRangeReader(HttpRangeReader):
                     (here.scheme, here.netloc, here.path, query, "")
                 )
             url = following
-        raise StorageError(f"Hub tree listing of {folder!r} has more than {_MAX_LIST_PAGES} pages")
+        raise StorageError(f"Hub tree listing of {wanted!r} has more than {_MAX_LIST_PAGES} pages")
 
     def _learn_size(self, clean: str, size: int) -> None:
         state = self._state(clean)

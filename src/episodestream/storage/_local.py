@@ -11,16 +11,21 @@ import email.utils
 import os
 import stat as stat_module
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 from episodestream.errors import InvalidResponse, NotFound, StaleSourceError, StorageError
-from episodestream.storage._base import FileInfo, ReadRequest, normalize_relative_path
+from episodestream.storage._base import (
+    BaseRangeReader,
+    FileInfo,
+    ReaderStats,
+    ReadRequest,
+    normalize_relative_path,
+)
 
 __all__ = ["LocalRangeReader"]
 
 
-class LocalRangeReader:
+class LocalRangeReader(BaseRangeReader):
     """Reads ranges of files under a local ``root`` folder.
 
     Paths are checked lexically (no ``..`` out of the root, no absolute paths); symbolic links
@@ -35,6 +40,7 @@ class LocalRangeReader:
         root: str | os.PathLike[str],
         _pins: dict[str, tuple[int, int, int]] | None = None,
     ) -> None:
+        super().__init__()
         self._root = Path(os.path.abspath(os.fspath(root)))
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -43,7 +49,16 @@ class LocalRangeReader:
         self._pins: dict[str, tuple[int, int, int]] = dict(_pins or {})
 
     @property
-    def root(self) -> Path:
+    def root(self) -> str:
+        return str(self._root)
+
+    def _after_fork_in_child(self) -> None:
+        # a parent thread may have held the lock at the fork: the child's copy would never open
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        """The root folder."""
         return self._root
 
     def __repr__(self) -> str:
@@ -138,19 +153,6 @@ class LocalRangeReader:
             self._requests += 1
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def read_file(self, path: str, *, max_bytes: int = 512 * 1024 * 1024) -> bytes:
-        """The whole file; one larger than ``max_bytes`` is an error before it is read."""
-        size = self.size(path)
-        if size > max_bytes:
-            raise InvalidResponse(
-                f"{self._resolve(path)}: file of {size} bytes is larger than read_file's "
-                f"max_bytes={max_bytes}; read it by ranges"
-            )
-        return self.read(path, 0, size) if size else b""
-
-    def read_many(self, requests: Sequence[ReadRequest]) -> list[bytes]:
-        return [self.read(r.path, r.offset, r.length) for r in requests]
-
     def list_files(self, prefix: str) -> list[str]:
         folder = self._resolve(prefix)
         if not folder.is_dir():
@@ -163,15 +165,11 @@ class LocalRangeReader:
                     found.append(full.relative_to(self._root).as_posix())
         return sorted(found)
 
-    def metrics(self) -> dict[str, float | int]:
+    def stats(self) -> ReaderStats:
         with self._lock:
-            return {"requests": self._requests, "bytes": self._bytes_read}
-
-    def close(self) -> None:
-        """Nothing to release: every read opens and closes its own descriptor."""
-
-    def __enter__(self) -> LocalRangeReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+            return ReaderStats(
+                requests=self._requests,
+                bytes=self._bytes_read,
+                bytes_returned=self._bytes_read,
+                reads=self._requests,
+            )

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from episodestream._checks import check_options
-from episodestream.errors import ConfigTypeError
+from episodestream.errors import ConfigError
 from episodestream.storage._base import RangeReader
-from episodestream.storage._config import Limits, RetryPolicy, Timeouts
+from episodestream.storage._config import ReaderOptions
 from episodestream.storage._location import Location
 
 __all__ = ["open_reader"]
 
 
-def open_reader(location: str | os.PathLike[str] | Location, **options: Any) -> RangeReader:
+def open_reader(
+    location: str | os.PathLike[str] | Location,
+    options: ReaderOptions | Mapping[str, Any] | None = None,
+    **keywords: Any,
+) -> RangeReader:
     """A range reader for ``location`` (parsed with :meth:`Location.parse`).
 
-    ``options`` go to the backend:
+    ``options`` (a :class:`ReaderOptions`, a dict of its fields, or the same as keyword
+    arguments) go to the backend, which takes the fields that apply to it:
 
-    - local path / ``file://``: :class:`LocalRangeReader` (no options);
+    - local path / ``file://``: :class:`LocalRangeReader` (none);
     - ``http(s)://``: :class:`HttpRangeReader` (``token``, ``headers``, ``timeouts``, ``limits``,
-      ``retry``, ``failure_log``, ``max_skip_bytes``, ``verify``, ``seed``);
+      ``retry``, ``failure_log``, ``max_skip_bytes``, ``verify``, ``seed``, ``transport``);
     - ``hf://``: :class:`HubRangeReader` (``token``, ``endpoint`` and the HTTP options);
     - any other protocol: :class:`FsspecRangeReader` (``storage_options`` dict passed through to
       fsspec — ``{"anon": True}`` for a public S3 bucket —, ``max_concurrency``, ``limits``:
@@ -30,43 +36,37 @@ def open_reader(location: str | os.PathLike[str] | Location, **options: Any) -> 
 
     Raises:
         LocationError: ``location`` cannot be parsed.
-        ConfigTypeError: an option the backend does not take (the error lists those it
-            does), or ``timeouts`` / ``limits`` / ``retry`` that are not a
-            :class:`Timeouts` / :class:`Limits` / :class:`RetryPolicy`.
+        ConfigError: both ``options`` and keyword options given.
+        ConfigTypeError: an option that is no field of :class:`ReaderOptions`, one the backend
+            does not take (the error lists those it does), or a value of the wrong type.
     """
+    if options is not None and keywords:
+        raise ConfigError(
+            f"open_reader: give options= or keyword options, not both (got {sorted(keywords)})"
+        )
+    given = ReaderOptions.coerce(
+        options if options is not None else keywords, what="open_reader"
+    ).given()
     parsed = Location.parse(location)
     if parsed.kind == "local":
-        check_options("open_reader(local path)", options, ())
+        check_options("open_reader(local path)", given, ())
         from episodestream.storage._local import LocalRangeReader
 
         return LocalRangeReader(parsed.path)
-    _check_typed(options)
     if parsed.kind == "http":
         from episodestream.storage._http import HttpRangeReader
 
-        check_options("open_reader(http(s) URL)", options, _option_names(HttpRangeReader))
-        return HttpRangeReader(parsed.path, **options)
+        check_options("open_reader(http(s) URL)", given, _option_names(HttpRangeReader))
+        return HttpRangeReader(parsed.path, **given)
     if parsed.kind == "hub":
         from episodestream.storage._hub import HubRangeReader
 
-        check_options("open_reader(hf:// location)", options, _option_names(HubRangeReader))
-        return HubRangeReader(parsed, **options)
+        check_options("open_reader(hf:// location)", given, _option_names(HubRangeReader))
+        return HubRangeReader(parsed, **given)
     from episodestream.storage._fsspec import FsspecRangeReader
 
-    check_options("open_reader(fsspec URL)", options, _option_names(FsspecRangeReader))
-    return FsspecRangeReader(parsed, **options)
-
-
-_TYPED_OPTIONS = {"timeouts": Timeouts, "limits": Limits, "retry": RetryPolicy}
-
-
-def _check_typed(options: dict[str, Any]) -> None:
-    for name, kind in _TYPED_OPTIONS.items():
-        value = options.get(name)
-        if value is not None and not isinstance(value, kind):
-            raise ConfigTypeError(
-                f"open_reader: {name} must be a {kind.__name__}, got {type(value).__name__}"
-            )
+    check_options("open_reader(fsspec URL)", given, _option_names(FsspecRangeReader))
+    return FsspecRangeReader(parsed, **given)
 
 
 def _option_names(reader: type) -> set[str]:

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 
 from episodestream.storage._config import RetryPolicy
 
-__all__ = ["RateLimit", "parse_rate_limit"]
+__all__ = ["MAX_QUOTA_WAITS", "RateLimit", "parse_rate_limit"]
+
+# Rate-limited answers in a row for one request, each waited out, before it gives up.
+MAX_QUOTA_WAITS = 64
 
 # one rounding second, as huggingface_hub adds
 _RESET_MARGIN_SECONDS = 1.0

@@ -27,9 +27,19 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 
-from episodestream.storage._proxy import Proxy
+from episodestream.storage._proxy import Proxy, proxy_for
+from episodestream.storage._tls import client_context
+from episodestream.storage._transport import (
+    PoolTimeout,
+    ProtocolError,
+    ProxyRefused,
+    ProxyUnreachable,
+    TransportOptions,
+)
+from episodestream.storage._urls import origin_of
 
 __all__ = [
     "Headers",
@@ -39,6 +49,7 @@ __all__ = [
     "WireError",
     "WirePool",
     "WireResponse",
+    "WireTransport",
 ]
 
 _MAX_LINE_BYTES = 64 * 1024
@@ -50,24 +61,12 @@ _UNSAFE_IN_TARGET = re.compile(r"[\x00-\x20\x7f]")
 _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
-class WireError(Exception):
+# URLs whose (pool, request target) are kept parsed; signed URLs must not pile up
+_MAX_ROUTES = 4096
+
+
+class WireError(ProtocolError):
     """A malformed or truncated HTTP response head; the connection is unusable."""
-
-
-class PoolTimeout(Exception):
-    """No connection slot for the host became free in time."""
-
-
-class ProxyUnreachable(OSError):
-    """The proxy could not be connected to, or did not answer a ``CONNECT`` in time."""
-
-
-class ProxyRefused(Exception):
-    """The proxy answered a ``CONNECT`` with something other than 2xx (407: credentials)."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Headers(Mapping[str, str]):
@@ -124,7 +123,8 @@ class _Connection:
 
 class WireResponse:
     """A response whose body is read on demand; holds its connection's pool slot until
-    :meth:`release` (body fully read: connection kept) or :meth:`discard` (connection closed).
+    :meth:`release` (connection kept when the body was fully read, closed otherwise) or
+    :meth:`discard` (closed). A context manager: leaving ``with`` releases it.
     """
 
     def __init__(
@@ -228,8 +228,15 @@ class WireResponse:
                 break
         return b"".join(parts)
 
+    def __enter__(self) -> WireResponse:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def release(self) -> None:
-        """Give the connection back: kept for reuse when the body was fully read."""
+        """Give the connection back: kept for reuse when the body was fully read, closed
+        otherwise — the one place that decides (``with response:`` calls it on the way out)."""
         connection, self._connection = self._connection, None
         if connection is not None:
             reusable = self._done and self._keep_alive and not self._broken
@@ -534,6 +541,17 @@ class WirePool:
             chunked=chunked,
         )
 
+    def drop_after_fork(self) -> None:
+        """In a forked child: close this process's descriptors of the idle connections.
+
+        Only the forking thread exists in the child, so no lock (a parent thread may have held
+        it); a plain close leaves the parent's connection intact (no shutdown).
+        """
+        for connection in list(self._idle):
+            with contextlib.suppress(OSError):
+                connection.close()
+        self._idle = collections.deque()
+
     def close(self) -> None:
         """Close idle connections and shut down those in use.
 
@@ -557,3 +575,82 @@ class WirePool:
 
 class _StaleConnection(Exception):
     """The server closed a connection before answering (an idle keep-alive timed out)."""
+
+
+class WireTransport:
+    """The default transport (``_transport.Transport``): one :class:`WirePool` per origin,
+    made at first use with the proxy the environment names for it then (a redirect to a CDN
+    host in ``NO_PROXY`` goes direct, the origin through the proxy)."""
+
+    def __init__(self, options: TransportOptions) -> None:
+        self._options = options
+        self._lock = threading.Lock()
+        self._pools: dict[tuple[str, str, int], WirePool] = {}
+        # url -> (pool, request target), parsed once per URL: the hot path skips urlsplit
+        self._routes: dict[str, tuple[WirePool, str]] = {}
+        self._closed = False
+
+    def get(self, url: str, headers: Mapping[str, str]) -> WireResponse:
+        route = self._routes.get(url)
+        if route is None:
+            route = self._route(url)
+        pool, target = route
+        response = pool.get(target, headers)
+        if response.status == 407 and pool.proxy is not None:
+            # an http request the proxy itself refused (a CONNECT refusal is raised earlier)
+            with response:  # its body is not wanted: the connection is closed
+                proxy = pool.proxy
+                hint = (
+                    "its credentials were refused"
+                    if proxy.has_credentials
+                    else "it wants credentials: http://user:password@host:port"
+                )
+                raise ProxyRefused(f"the proxy {proxy.label} answered HTTP 407; {hint}", 407)
+        return response
+
+    def _route(self, url: str) -> tuple[WirePool, str]:
+        parts = urllib.parse.urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        route = (self._pool_for(url), target)
+        with self._lock:
+            if len(self._routes) > _MAX_ROUTES:
+                self._routes.clear()
+            self._routes[url] = route
+        return route
+
+    def _pool_for(self, url: str) -> WirePool:
+        scheme, host, port = origin = origin_of(url)
+        with self._lock:
+            if self._closed:
+                raise OSError("the transport is closed")
+            pool = self._pools.get(origin)
+            if pool is None:
+                options = self._options
+                timeouts = options.timeouts
+                pool = self._pools[origin] = WirePool(
+                    scheme,
+                    host,
+                    port,
+                    maxsize=options.max_connections_per_host,  # a hard cap per host
+                    connect_timeout=timeouts.connect_seconds,
+                    read_timeout=timeouts.read_seconds,
+                    pool_timeout=timeouts.pool_seconds,
+                    ssl_context=client_context(options.verify) if scheme == "https" else None,
+                    on_connect=options.on_connect,
+                    proxy=proxy_for(url),
+                )
+            return pool
+
+    def drop_after_fork(self) -> None:
+        """In a forked child: let go of the parent's idle connections (no lock: a parent
+        thread may have held it at the fork)."""
+        pools, self._pools, self._routes = list(self._pools.values()), {}, {}
+        for pool in pools:
+            pool.drop_after_fork()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pools, self._pools, self._routes = list(self._pools.values()), {}, {}
+        for pool in pools:
+            pool.close()

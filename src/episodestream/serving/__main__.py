@@ -1,5 +1,0 @@
-import sys
-
-from episodestream.serving._measure import main
-
-sys.exit(main())

@@ -1,0 +1,337 @@
+"""``bench``'s FLOOR track, DataLoader-worker scaling, episode subsets, range backends, rounds'
+medians, HTTP failure figures and byte progress: each option runs through the CLI on a real
+dataset and its table and JSON fields agree with what can be counted independently."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from episodestream.bench import BenchReport
+from episodestream.bench._bench import _median
+from episodestream.bench._measure import Progress, process_figures
+from episodestream.bench._scaling import default_worker_counts
+from episodestream.bench._tracks import failure_figures, http_figures
+from episodestream.cli import main
+from episodestream.lerobot import load_dataset_meta
+from episodestream.storage import HttpRangeReader, LocalRangeReader, RetryPolicy
+from tests.plugins.storage import Fault, FaultServer
+
+pytestmark = pytest.mark.timeout(300)
+
+SAMPLES = 48
+WORKERS = (1, 2)
+ROUNDS = 3
+EPISODES = (0, 2, 4)
+
+
+def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[BenchReport, str]:
+    assert main(["bench", *argv, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    path = Path(out.rsplit("JSON report: ", 1)[1].strip())
+    return BenchReport.read_json(path), out
+
+
+@pytest.fixture(scope="module")
+def lengths(lerobot_fixture_root: Path) -> dict[int, int]:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+    table = meta.episodes
+    return dict(zip(table.episode_index.tolist(), table.length.tolist(), strict=True))
+
+
+@pytest.fixture(scope="module")
+def floor_run(
+    lerobot_fixture_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[BenchReport, str]:
+    """FLOOR, LOCAL and STREAM in 3 rounds on three episodes, uint8, with 1 and 2 workers."""
+    out = tmp_path_factory.mktemp("floor")
+    argv = [
+        "bench",
+        str(lerobot_fixture_root),
+        "--tracks",
+        "floor,local,lerobot",
+        "--episodes",
+        ",".join(map(str, EPISODES)),
+        "--samples",
+        str(SAMPLES),
+        "--rounds",
+        str(ROUNDS),
+        "--image-dtype",
+        "uint8",
+        "--num-workers",
+        ",".join(map(str, WORKERS)),
+        "--scaling-samples",
+        "40",
+        "--batch-size",
+        "4",
+        "--keepup-samples",
+        "0",
+        "--decode-samples",
+        "4",
+        "--cache-dir",
+        str(out / "cache"),
+        "--no-progress",
+        "--json",
+        str(out / "r.json"),
+    ]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(argv) == 0
+    return BenchReport.read_json(out / "r.json"), printed.getvalue()
+
+
+def test_floor_decodes_every_frame_of_the_sequence_once(
+    floor_run: tuple[BenchReport, str],
+) -> None:
+    report, text = floor_run
+    floor = report.tracks["floor"]
+    cameras = len(report.dataset["cameras"])
+    assert floor["samples"] == report.sequence["samples"] == SAMPLES
+    assert floor["decoded_frames"] == SAMPLES * cameras
+    assert floor["image_dtype"] == "uint8"
+    # uint8: one byte per channel value of every decoded frame
+    assert (
+        floor["decoded_bytes"]
+        == SAMPLES * cameras * 3 * report.dataset["width"] * (report.dataset["height"])
+    )
+    # one decoder per touched file, opened once and kept
+    assert floor["decoder_opens"] == floor["files"] > 0
+    assert "| FLOOR |" in text and "CPU / FLOOR" in text
+    for name in ("stream", "local"):
+        expected = report.tracks[name]["cpu_ms_per_sample"] / floor["cpu_ms_per_sample"]
+        assert report.ratios[f"{name}_cpu_over_floor"] == pytest.approx(expected)
+
+
+def test_rounds_report_the_median_round(floor_run: tuple[BenchReport, str]) -> None:
+    report, text = floor_run
+    for name in ("stream", "local", "floor"):
+        track = report.tracks[name]
+        rounds = track["rounds"]
+        assert len(rounds) == ROUNDS, name
+        for figure in ("samples_per_s", "steady_samples_per_s", "cpu_ms_per_sample"):
+            assert track[figure] == pytest.approx(np.median([r[figure] for r in rounds]))
+    assert "median" in text
+
+
+def test_median_is_not_the_best_round() -> None:
+    rounds = [
+        {"samples_per_s": s, "steady_samples_per_s": s, "cpu_ms_per_sample": 10.0 / s, "tag": s}
+        for s in (1.0, 9.0, 4.0)
+    ]
+    middle = _median(rounds)
+    assert middle["tag"] == 4.0 and middle["samples_per_s"] == 4.0
+    assert middle["cpu_ms_per_sample"] == pytest.approx(2.5)
+    assert [r["samples_per_s"] for r in middle["rounds"]] == [1.0, 9.0, 4.0]
+
+
+def test_episode_subset_is_all_that_is_sampled(
+    floor_run: tuple[BenchReport, str], lengths: dict[int, int]
+) -> None:
+    report, _ = floor_run
+    assert report.config["episodes"] == list(EPISODES)
+    assert report.dataset["shard_episodes"] == len(EPISODES)
+    assert report.dataset["shard_frames"] == sum(lengths[e] for e in EPISODES)
+    assert report.tracks["stream"]["sequence_matches"] is True  # the pool drew the same subset
+    assert report.tracks["stream"]["episodes_fetched"] <= len(EPISODES)
+    assert report.randomness["unique_episodes"] <= len(EPISODES)
+
+
+def test_lerobot_track_says_why_it_did_not_run(floor_run: tuple[BenchReport, str]) -> None:
+    report, _ = floor_run
+    if importlib.util.find_spec("lerobot") is None:
+        assert "lerobot" not in report.tracks
+        assert any("LEROBOT skipped" in note for note in report.notes)
+    else:  # an interpreter with LeRobot: it ran on the same samples
+        assert report.tracks["lerobot"]["sequence_matches"] is True
+
+
+def test_worker_scaling_table(floor_run: tuple[BenchReport, str]) -> None:
+    report, text = floor_run
+    scaling = report.scaling
+    rows = scaling["rows"]
+    assert [r["workers"] for r in rows] == list(WORKERS)
+    assert "### DataLoader workers" in text
+    section = text.split("### DataLoader workers", 1)[1].split("###", 1)[0]
+    table_rows = [
+        line for line in section.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    assert len(table_rows) == 1 + len(WORKERS)  # header + one row per worker count
+    base = rows[0]["samples_per_s"]
+    for row in rows:
+        n = row["workers"]
+        assert row["worker_processes"] == n  # each worker was found and measured
+        assert len(row["worker_rss_bytes"]) == len(row["worker_cpu_s"]) == n
+        assert row["samples"] >= 40 and row["timed_samples"] > 0
+        assert row["samples_per_s"] > 0 and row["cpu_ms_per_sample"] > 0
+        assert all(cpu > 0 for cpu in row["worker_cpu_s"])  # the workers did the decoding
+        assert row["efficiency"] == pytest.approx(row["samples_per_s"] / (n * base))
+        assert row["total_rss_bytes"] == row["parent_rss_bytes"] + sum(row["worker_rss_bytes"])
+        assert 0 < row["worker_uss_mean_bytes"] <= row["worker_rss_mean_bytes"]
+    assert rows[0]["efficiency"] == pytest.approx(1.0)
+    assert scaling["image_dtype"] == "uint8"
+
+
+def test_default_worker_counts_reach_the_cores() -> None:
+    assert default_worker_counts(1) == (1,)
+    assert default_worker_counts(6) == (1, 2, 4, 6)
+    assert default_worker_counts(8) == (1, 2, 4, 8)
+
+
+def test_process_figures_read_this_process() -> None:
+    before = process_figures(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    after = process_figures(os.getpid())
+    assert after.cpu_s > before.cpu_s
+    assert after.rss_bytes > 0 and 0 < (after.uss_bytes or 0) <= after.rss_bytes
+
+
+def test_num_episodes_takes_the_first(
+    lerobot_fixture_root: Path,
+    lengths: dict[int, int],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report, _ = _bench(
+        [
+            str(lerobot_fixture_root),
+            "--tracks",
+            "stream",
+            "--num-episodes",
+            "2",
+            "--samples",
+            "1000",
+            "--keepup-samples",
+            "0",
+            "--decode-samples",
+            "2",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capsys,
+    )
+    first = sorted(lengths)[:2]
+    # the whole epoch of the subset: exactly the first two episodes' frames
+    assert report.sequence["samples"] == sum(lengths[e] for e in first)
+    assert report.tracks["stream"]["samples"] == report.sequence["samples"]
+    assert report.tracks["stream"]["episodes_fetched"] == 2
+
+
+def test_unknown_episode_and_backend_mismatch_are_clear_errors(
+    lerobot_fixture_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [str(lerobot_fixture_root), "--cache-dir", str(tmp_path), "--no-progress"]
+    assert main(["bench", *base, "--episodes", "1,99"]) == 2
+    assert "episodes [99] are not in the dataset" in capsys.readouterr().err
+    assert main(["bench", *base, "--range-backend", "fsspec"]) == 2
+    assert "range_backend='fsspec'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", *base, "--episodes", "1", "--num-episodes", "2"])
+    with pytest.raises(SystemExit):
+        main(["bench", *base, "--num-workers", "0"])
+
+
+def test_fsspec_range_backend_streams_the_same_bytes(
+    lerobot_sim5_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = {}
+    for backend in ("native", "fsspec"):
+        report, text = _bench(
+            [
+                lerobot_sim5_url,
+                "--tracks",
+                "stream",
+                "--range-backend",
+                backend,
+                "--samples",
+                "1000",
+                "--keepup-samples",
+                "0",
+                "--decode-samples",
+                "2",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--json",
+                str(tmp_path / f"{backend}.json"),
+            ],
+            capsys,
+        )
+        assert f"{backend} range reader" in text
+        assert "chunk wait" not in text  # the column nothing filled is gone
+        runs[backend] = report
+    native, fsspec = runs["native"], runs["fsspec"]
+    assert fsspec.config["range_backend"] == "fsspec"
+    assert fsspec.tracks["stream"]["sequence_matches"] is True
+    assert fsspec.sequence["digest"] == native.sequence["digest"]
+    assert fsspec.tracks["stream"]["bytes_fetched"] == native.tracks["stream"]["bytes_fetched"]
+    assert fsspec.fetch["bytes"] == native.fetch["bytes"]
+    # our reader keeps a failure log: the figures are there, and nothing failed
+    http = native.http["stream"]
+    assert http["failed_attempts"] == 0 and http["retry_sleep_s"] == 0.0
+    assert http["failed_attempt_s"] == 0.0
+    assert http["failures_by_cause"] == {}
+
+
+def test_failure_figures_from_a_real_readers_log(fault_server: FaultServer, tmp_path: Path) -> None:
+    data = bytes(range(256)) * 400
+    fault_server.put("v.mp4", data)
+    fault_server.inject(
+        "v.mp4",
+        Fault("status", status=503, retry_after="0"),
+        Fault("status", status=503, retry_after="0"),
+        Fault("reset", after_bytes=10),
+    )
+    log = tmp_path / "failures.jsonl"
+    retry = RetryPolicy(max_attempts=5, backoff_initial_seconds=0.02, jitter=0.0)
+    with HttpRangeReader(fault_server.url, retry=retry, failure_log=log, seed=0) as reader:
+        assert reader.read("v.mp4", 0, 5000) == data[:5000]
+        metrics = reader.metrics()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    figures = failure_figures(log)
+    assert figures["failed_attempts"] == len(records) >= 3
+    assert figures["failures_by_cause"]["HTTP 503"] == 2
+    assert sum(figures["failures_by_cause"].values()) == len(records)
+    assert figures["failed_attempts_retried"] == len(records)  # every one was retried
+    # the reader's counters: every backoff the log announced was slept, and failing took time
+    http = http_figures(metrics)
+    assert http["retry_sleep_s"] == pytest.approx(sum(r["delay_seconds"] for r in records))
+    assert http["retry_sleep_s"] >= 0.02 * len(records)
+    assert http["failed_attempt_s"] > 0
+    assert failure_figures(None) == failure_figures(tmp_path / "absent.jsonl")
+
+
+def test_progress_reports_bytes_done(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="episodestream.bench._measure")
+    with Progress(4, "fetch", unit="episodes") as bar:
+        for _ in range(4):
+            bar.update(1, 256 * 2**20)
+    line = caplog.records[-1].getMessage()
+    assert "fetch: 4/4 episodes" in line
+    assert "1.000 GiB done" in line and "MiB/s" in line
+
+
+def test_num_workers_alone_means_up_to_the_cores(tmp_path: Path) -> None:
+    from episodestream.cli import build_parser
+    from episodestream.cli._bench import config_from_args
+
+    parser = build_parser()
+    bare = parser.parse_args(["bench", str(tmp_path), "--num-workers"])
+    assert config_from_args(bare, bare.root).num_workers == default_worker_counts()
+    assert default_worker_counts()[-1] == len(os.sched_getaffinity(0))
+    listed = parser.parse_args(["bench", str(tmp_path), "--num-workers", "4,1,4"])
+    assert config_from_args(listed, listed.root).num_workers == (4, 1)  # as given, once each
+    absent = parser.parse_args(["bench", str(tmp_path)])
+    assert config_from_args(absent, absent.root).num_workers == ()

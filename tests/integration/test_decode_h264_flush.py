@@ -1,0 +1,29 @@
+"""A fresh torchcodec decoder asked first for an H.264 clip's last frames still returns them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from episodestream.cache import EpisodeByteCache, ManifestClipSource
+from episodestream.decode import open_decoder
+from episodestream.lerobot import load_dataset_meta
+from episodestream.manifest import open_manifest
+from episodestream.storage import LocalRangeReader
+from episodestream.synthetic import read_frame_identity
+
+
+def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path):
+    reader = LocalRangeReader(synthetic_h264)
+    meta = load_dataset_meta(reader)
+    manifest = open_manifest(reader, meta, cache_dir=tmp_path, progress=False)
+    with EpisodeByteCache(ManifestClipSource(manifest, reader), reader, byte_budget=2**26) as cache:
+        for episode in range(meta.total_episodes):
+            resident = cache.wait_ready(episode, timeout=30)
+            length = int(meta.episodes.length[meta.episodes.row(episode)])
+            for camera, clip in resident.clips.items():
+                span = manifest.span(episode, camera)
+                times = span.from_timestamp_s + np.arange(length) / meta.fps - clip.time_offset_s
+                for frame in (length - 1, length - 2, 0):
+                    with open_decoder(clip.data, backend="torchcodec", threads=1) as decoder:
+                        image = decoder.frames_at([times[frame]]).numpy()[0]
+                    assert read_frame_identity(image) == (episode, frame)

@@ -1,0 +1,152 @@
+"""The synthetic writer's MP4s: what ffprobe and torchcodec see, where the moov box sits, and
+that every decoded frame reads back as the (episode, frame) the metadata promises."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from torchcodec.decoders import VideoDecoder
+
+from episodestream.synthetic import DEMO_SPEC, read_frame_camera, read_frame_identity
+from tests.plugins.synthetic import (
+    SYNTHETIC_AV1_SPEC,
+    SYNTHETIC_H264_SPEC,
+    SYNTHETIC_HEVC_SPEC,
+    SYNTHETIC_MOOV_END_SPEC,
+)
+
+# the demo's frame size, cameras and codec (16-pixel identity cells), with 2 short episodes
+DEMO_SHAPED_SPEC = dataclasses.replace(DEMO_SPEC, episodes=2, min_length=5, max_length=7)
+
+FIXTURES = {
+    "synthetic_av1": SYNTHETIC_AV1_SPEC,
+    "synthetic_h264": SYNTHETIC_H264_SPEC,
+    "synthetic_hevc": SYNTHETIC_HEVC_SPEC,
+    "synthetic_moov_end": SYNTHETIC_MOOV_END_SPEC,
+    "demo_shaped": DEMO_SHAPED_SPEC,
+}
+
+
+@pytest.fixture(scope="module")
+def demo_shaped(synthetic_dataset) -> Path:
+    return synthetic_dataset(DEMO_SHAPED_SPEC)
+
+
+def _episodes(root: Path) -> list[dict]:
+    return pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+
+
+def _video_files(root: Path, key: str) -> dict[Path, list[dict]]:
+    """Each video file of camera ``key`` -> its episode rows, in file order."""
+    files: dict[Path, list[dict]] = {}
+    for row in _episodes(root):
+        chunk, file = row[f"videos/{key}/chunk_index"], row[f"videos/{key}/file_index"]
+        path = root / f"videos/{key}/chunk-{chunk:03d}/file-{file:03d}.mp4"
+        files.setdefault(path, []).append(row)
+    return files
+
+
+def _top_level_boxes(path: Path) -> list[str]:
+    data = path.read_bytes()
+    boxes, offset = [], 0
+    while offset < len(data):
+        size, kind = struct.unpack(">I4s", data[offset : offset + 8])
+        if size == 1:
+            size = struct.unpack(">Q", data[offset + 8 : offset + 16])[0]
+        assert size >= 8, f"bad box size at {offset} in {path}"
+        boxes.append(kind.decode("latin-1"))
+        offset += size
+    assert offset == len(data)
+    return boxes
+
+
+def _ffprobe(path: Path) -> dict:
+    result = subprocess.run(
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-count_packets",
+            "-show_streams",
+            "-show_packets",
+            "-show_entries",
+            "packet=pts,dts",
+            "-of",
+            "json",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_ffprobe_sees_the_requested_stream(fixture: str, request: pytest.FixtureRequest) -> None:
+    root: Path = request.getfixturevalue(fixture)
+    spec = FIXTURES[fixture]
+    for key in spec.cameras:
+        for path, rows in _video_files(root, key).items():
+            probe = _ffprobe(path)
+            (stream,) = probe["streams"]
+            assert stream["codec_name"] == spec.codec
+            assert (stream["width"], stream["height"]) == (spec.width, spec.height)
+            assert stream["pix_fmt"] == "yuv420p"
+            assert Fraction(stream["r_frame_rate"]) == spec.fps
+            # LeRobot's files use a 1/15360 track timescale at 30 fps; FFmpeg picks the same
+            assert stream["time_base"] == "1/15360"
+            assert int(stream["nb_read_packets"]) == sum(r["length"] for r in rows)
+            reordered = any(p["pts"] != p["dts"] for p in probe["packets"])
+            # H.264/HEVC carry B-frames (decode order differs from presentation order)
+            assert reordered == (spec.codec in ("h264", "hevc")), path
+            boxes = _top_level_boxes(path)
+            moov, mdat = boxes.index("moov"), boxes.index("mdat")
+            assert (moov < mdat) == (spec.moov == "start"), boxes
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_torchcodec_opens_every_file(fixture: str, request: pytest.FixtureRequest) -> None:
+    root: Path = request.getfixturevalue(fixture)
+    spec = FIXTURES[fixture]
+    for key in spec.cameras:
+        for path, rows in _video_files(root, key).items():
+            decoder = VideoDecoder(str(path))
+            meta = decoder.metadata
+            assert meta.codec == spec.codec
+            assert (meta.width, meta.height) == (spec.width, spec.height)
+            assert meta.average_fps == pytest.approx(spec.fps)
+            assert len(decoder) == sum(r["length"] for r in rows)
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_every_frame_carries_its_identity(fixture: str, request: pytest.FixtureRequest) -> None:
+    """Decode whole files and find each (episode, frame) at from_timestamp + frame / fps."""
+    root: Path = request.getfixturevalue(fixture)
+    spec = FIXTURES[fixture]
+    checked = 0
+    for camera, key in enumerate(spec.cameras):
+        for path, rows in _video_files(root, key).items():
+            decoder = VideoDecoder(str(path))
+            batch = decoder.get_frames_in_range(0, len(decoder))
+            pts = batch.pts_seconds.numpy()
+            for row in rows:
+                start = row[f"videos/{key}/from_timestamp"]
+                for frame in range(row["length"]):
+                    wanted = start + frame / spec.fps
+                    position = int(np.argmin(np.abs(pts - wanted)))
+                    assert abs(pts[position] - wanted) < 1e-4, (path, row["episode_index"], frame)
+                    image = batch.data[position]
+                    assert read_frame_identity(image) == (row["episode_index"], frame)
+                    assert read_frame_camera(image) == camera
+                    checked += 1
+    assert checked == len(spec.cameras) * int(spec.episode_lengths().sum())
