@@ -15,6 +15,8 @@ from typing import Any, Self
 
 import numpy as np
 
+from episodestream._closing import Closing
+
 __all__ = [
     "ProcessFigures",
     "Progress",
@@ -211,7 +213,7 @@ class Sampler:
         }
 
 
-class Progress:
+class Progress(Closing):
     """A tqdm bar on a terminal; otherwise a log line every ``LOG_INTERVAL_S`` and at the end.
 
     ``update(count, nbytes)`` is thread-safe; bytes given add GiB done and MiB/s to the bar or
@@ -279,9 +281,3 @@ class Progress:
             else:
                 self._log(time.perf_counter())
             self._enabled = False
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import torch
 
+from episodestream._closing import Closing
 from episodestream.errors import DecodeError
 
 __all__ = ["RemoteFileDecoder"]
@@ -18,7 +19,7 @@ __all__ = ["RemoteFileDecoder"]
 _MATCH_TOLERANCE_S = 1e-3
 
 
-class RemoteFileDecoder:
+class RemoteFileDecoder(Closing):
     """Frames at source-file times from ``url`` read through ``fsspec.open``.
 
     ``backend`` is a concrete backend ("torchcodec" or "pyav"); torchcodec opens in
@@ -112,9 +113,3 @@ class RemoteFileDecoder:
                 self._file.close()
             finally:
                 self._file = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

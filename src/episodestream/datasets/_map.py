@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from episodestream._closing import Closing
 from episodestream.datasets._compat import (
     LeRobotSurface,
     check_depth,
@@ -32,7 +33,7 @@ __all__ = ["EpisodeStreamDataset"]
 _BYTE_BUDGET = "2GiB"
 
 
-class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
+class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
     """Map-style dataset returning, for index ``i``, the sample LeRobot's ``LeRobotDataset``
     returns for the same dataset and index — streamed instead of downloaded.
 
@@ -214,12 +215,6 @@ class EpisodeStreamDataset(LeRobotSurface, torch.utils.data.Dataset):
         if engine is not None and self._engine_pid == os.getpid():
             engine.close()
         self.dataset.close()
-
-    def __enter__(self) -> EpisodeStreamDataset:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -19,6 +19,7 @@ import numpy as np
 import torch.utils.data
 
 from episodestream._checks import check_choice, check_int
+from episodestream._closing import Closing
 from episodestream.datasets._compat import (
     LeRobotSurface,
     check_depth,
@@ -195,7 +196,7 @@ def _close_parked(parked: list[_PassThreads]) -> None:
         threads.close()
 
 
-class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
+class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDataset):
     """Iterable dataset drawing every selected frame exactly once per epoch from a pool of
     resident episodes (see DESIGN.md, "Exact-coverage pool").
 
@@ -809,12 +810,6 @@ class EpisodePoolDataset(LeRobotSurface, torch.utils.data.IterableDataset):
         for threads in stopping:
             threads.close()  # a no-op for threads a parent process started before a fork
         self.dataset.close()
-
-    def __enter__(self) -> EpisodePoolDataset:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from episodestream.errors import SamplingError
+from episodestream.sampling._cursor import DrawCursor
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
 from episodestream.sampling._state import ResumeState, episodes_digest
@@ -132,7 +133,7 @@ class _Chunk:
         return int(self.entries.size) - self.offset
 
 
-class PoolSchedule:
+class PoolSchedule(DrawCursor):
     """The pool order of one slot's episodes for one epoch; see the module docstring.
 
     A schedule is a cursor over a pure function of (episode set, params, slot, epoch): two
@@ -392,13 +393,7 @@ class PoolSchedule:
         Raises:
             SamplingError: ``count`` negative or past the end of the epoch.
         """
-        count = require_int("count", count, minimum=0)
-        target = self._position + count
-        if target > self._total:
-            raise SamplingError(
-                f"cannot skip {count} draws from position {self._position}: the epoch has "
-                f"{self._total} samples"
-            )
+        target = self._position + self._skip_count(count)
         while self._position < target:
             if self._chunk is not None and self._chunk.left > 0:
                 self._consume(self._chunk, min(target - self._position, self._chunk.left))
@@ -471,17 +466,11 @@ class PoolSchedule:
 
     @property
     def position(self) -> int:
-        """Draws already taken or skipped this epoch."""
         return self._position
 
     @property
     def total_samples(self) -> int:
-        """Draws in the whole epoch (= frames of the slot's episodes)."""
         return self._total
-
-    @property
-    def remaining(self) -> int:
-        return self._total - self._position
 
     @property
     def episode_ids(self) -> np.ndarray:

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from episodestream.errors import BudgetError, SamplingError
+from episodestream.sampling._cursor import DrawCursor
 from episodestream.sampling._pool import DEFAULT_POOL_SIZE, PoolEvent, PoolParams, PoolSchedule
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
@@ -185,7 +186,7 @@ def window_slots(
     return slots - ahead, ahead
 
 
-class WindowSchedule:
+class WindowSchedule(DrawCursor):
     """The window order of one slot's episodes for one epoch; see the module docstring.
 
     Windows are numbered by episode id (ascending), then time. Not thread-safe.
@@ -246,7 +247,7 @@ class WindowSchedule:
         entry.setflags(write=False)
         self._entry = entry
         # 2. which frame next: an exact-coverage pool over the windows, in that entry order
-        self._pool: PoolSchedule | _SpreadDraws
+        self._pool: DrawCursor
         if shuffle and self._params.spread:
             context = (slot.rank, slot.world_size, slot.worker, slot.num_workers)
             self._pool = _SpreadDraws(
@@ -284,14 +285,7 @@ class WindowSchedule:
             frame = start[window] + event.frame_index if event.kind == "draw" else -1
             yield WindowEvent(event.kind, window, episode[window], frame, event.position)
 
-    def iter_draws(self) -> Iterator[tuple[int, int]]:
-        """Yield the remaining draws as ``(episode_id, frame_index)`` Python ints."""
-        for event in self.events():
-            if event.kind == "draw":
-                yield event.episode_id, event.frame_index
-
     def skip(self, count: int) -> None:
-        """Advance past ``count`` draws without producing them."""
         self._pool.skip(count)
 
     # ---- introspection -----------------------------------------------------------------------
@@ -302,12 +296,10 @@ class WindowSchedule:
 
     @property
     def position(self) -> int:
-        """Draws already taken or skipped this epoch."""
         return self._pool.position
 
     @property
     def total_samples(self) -> int:
-        """Draws in the whole epoch (= frames of the slot's episodes)."""
         return self._pool.total_samples
 
     @property
@@ -362,7 +354,7 @@ class WindowSchedule:
         return dict(zip(episodes.tolist(), counts.tolist(), strict=True))
 
 
-class _SpreadDraws:
+class _SpreadDraws(DrawCursor):
     """Frame draws over resident windows that avoid recently drawn episodes (module
     docstring, ``spread``): the cursor :class:`WindowSchedule` uses in place of a
     :class:`PoolSchedule` over windows. Draws are produced one at a time (about 30 us each
@@ -449,13 +441,7 @@ class _SpreadDraws:
                     yield PoolEvent("enter", entrant, -1, position + 1)
 
     def skip(self, count: int) -> None:
-        count = require_int("count", count, minimum=0)
-        if self._position + count > self._total:
-            raise SamplingError(
-                f"cannot skip {count} draws from position {self._position}: the epoch has "
-                f"{self._total} samples"
-            )
-        for _ in range(count):
+        for _ in range(self._skip_count(count)):
             self._draw()
 
     @property

@@ -14,9 +14,9 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Self, TypeAlias
 
+from episodestream._closing import Closing
 from episodestream.errors import ServingError
 
 __all__ = ["LoopProxy", "LoopThread"]
@@ -146,7 +146,7 @@ class LoopThread:
         return self._port
 
 
-class LoopProxy(abc.ABC):
+class LoopProxy(Closing, abc.ABC):
     """What the loopback proxies share on top of their :class:`LoopThread`: close, context
     manager, and where they listen. Subclasses set ``_host`` and ``_runner`` and define
     ``start()`` and ``_abort()`` (coroutine aborting their connections on the loop)."""
@@ -168,14 +168,6 @@ class LoopProxy(abc.ABC):
 
     def __enter__(self) -> Self:
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def running(self) -> bool:

@@ -17,10 +17,10 @@ import time
 import urllib.parse
 import weakref
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from episodestream._checks import check_int
+from episodestream._closing import Closing
 from episodestream.errors import ConfigError, ServingError
 from episodestream.serving._accesslog import AccessLogRecord, access_log_format, read_access_log
 from episodestream.serving._net import LOOPBACK_HOST, free_port, port_accepts
@@ -102,7 +102,7 @@ def _emergency_stop(pid: int, workdir: str | None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-class NginxServer:
+class NginxServer(Closing):
     """nginx serving one folder on loopback with byte ranges, ETags and an access log.
 
     The server runs as a child process (``daemon off``, its own process group) with a config,
@@ -293,14 +293,6 @@ class NginxServer:
 
     def __enter__(self) -> Self:
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid} at {self.url}" if self.running else "stopped"

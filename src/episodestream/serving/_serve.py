@@ -6,9 +6,8 @@ import contextlib
 import os
 import urllib.parse
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
+from episodestream._closing import Closing
 from episodestream.errors import ConfigError
 from episodestream.serving._nginx import NginxServer
 from episodestream.serving._wan import WanEmulator, WanSettings
@@ -16,7 +15,7 @@ from episodestream.serving._wan import WanEmulator, WanSettings
 __all__ = ["ServedDataset", "serve_dataset"]
 
 
-class ServedDataset:
+class ServedDataset(Closing):
     """A folder served by nginx behind an emulated link; close it to stop both.
 
     ``url`` goes through the emulator, ``nginx_url`` straight to nginx. Both end without a
@@ -53,17 +52,6 @@ class ServedDataset:
             self.emulator.close()
         finally:
             self.nginx.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (
