@@ -142,6 +142,30 @@ class RunResult:
             f"{self.cache_peak}/{self.budget} B, {self.seconds:.1f} s"
         )
 
+    def watch(
+        self,
+        proxy: FaultProxy,
+        work: Callable[[], None],
+        what: str,
+        *,
+        plan: RandomFaults | None = None,
+    ) -> None:
+        """Run ``work`` under the watchdog, ``plan`` set on the proxy (when given; cleared
+        after, whatever happens), then record the time taken and the requests and faults the
+        proxy saw meanwhile."""
+        before = len(proxy.records())
+        if plan is not None:
+            proxy.set_plan(plan)
+        started = time.perf_counter()
+        try:
+            run_with_watchdog(work, WATCHDOG_S, what)
+        finally:
+            proxy.set_plan(None)
+        self.seconds = time.perf_counter() - started
+        records = proxy.records()[before:]
+        self.requests = len(records)
+        self.faults = collections.Counter(r.fault for r in records if r.fault is not None)
+
 
 def run_with_watchdog(work: Callable[[], None], seconds: float, what: str) -> None:
     """Run ``work`` in a thread; fail the test if it is still running after ``seconds``."""
@@ -229,10 +253,7 @@ def _reader_options(
     }
 
 
-def _finish(result: RunResult, proxy: FaultProxy, before: int, metrics: dict[str, Any]) -> None:
-    records = proxy.records()[before:]
-    result.requests = len(records)
-    result.faults = collections.Counter(r.fault for r in records if r.fault is not None)
+def _finish(result: RunResult, metrics: dict[str, Any]) -> None:
     result.retries = int(metrics["reader"]["retries"])
     cache = metrics.get("cache")
     result.cache_peak = cache.peak_bytes if cache is not None else 0
@@ -252,9 +273,6 @@ def stream_map_epoch(
     """One epoch of EpisodeStreamDataset (index order) through random faults."""
     result = RunResult(expected=len(reference))
     failure_log = tmp / "failures.jsonl"
-    before = len(proxy.records())
-    proxy.set_plan(RandomFaults(FAULT_MENU, rate=rate, seed=seed))
-    started = time.perf_counter()
 
     def work() -> None:
         dataset = None
@@ -279,14 +297,11 @@ def stream_map_epoch(
             result.error = error
         finally:
             if dataset is not None:
-                _finish(result, proxy, before, dataset.metrics())
+                _finish(result, dataset.metrics())
                 dataset.close()
 
-    try:
-        run_with_watchdog(work, WATCHDOG_S, f"chaos seed {seed}")
-    finally:
-        proxy.set_plan(None)
-    result.seconds = time.perf_counter() - started
+    plan = RandomFaults(FAULT_MENU, rate=rate, seed=seed)
+    result.watch(proxy, work, f"chaos seed {seed}", plan=plan)
     if failure_log.exists():
         lines = failure_log.read_text().splitlines()
         result.failure_log_lines = len(lines)
@@ -363,10 +378,7 @@ def test_pool_epoch_through_random_faults(
         want = {int(s["index"]): s for s in (ds[i] for i in range(len(ds)))}
     url = emulator.rebase_url(http_publish(synthetic_h264))
     result = RunResult(expected=len(want), budget=4 * BYTE_BUDGET)
-    before = len(proxy.records())
-    proxy.set_plan(RandomFaults(FAULT_MENU, rate=CHAOS_RATE, seed=21))
     seen: set[int] = set()
-    started = time.perf_counter()
 
     def work() -> None:
         dataset = None
@@ -397,18 +409,10 @@ def test_pool_epoch_through_random_faults(
             result.error = error
         finally:
             if dataset is not None:
-                metrics = dataset.metrics()
-                records = proxy.records()[before:]
-                result.requests = len(records)
-                result.faults = collections.Counter(r.fault for r in records if r.fault)
-                result.retries = int(metrics["reader"]["retries"])
+                result.retries = int(dataset.metrics()["reader"]["retries"])
                 dataset.close()
 
-    try:
-        run_with_watchdog(work, WATCHDOG_S, "pool chaos")
-    finally:
-        proxy.set_plan(None)
-    result.seconds = time.perf_counter() - started
+    result.watch(proxy, work, "pool chaos", plan=RandomFaults(FAULT_MENU, rate=CHAOS_RATE, seed=21))
     print(result.line("EpisodePoolDataset (H.264) seed 21"))
     assert sum(result.faults.values()) > 0
     assert_complete(result)
@@ -429,7 +433,6 @@ def test_harsh_faults_stop_with_a_typed_error_naming_file_and_range(
     url = emulator.rebase_url(http_publish(synthetic_av1))
     harsh = RetryPolicy(max_attempts=2, backoff_initial_seconds=0.01, retry_after_max_seconds=0.1)
     result = RunResult(expected=len(reference))
-    before = len(proxy.records())
 
     def work() -> None:
         try:
@@ -449,13 +452,7 @@ def test_harsh_faults_stop_with_a_typed_error_naming_file_and_range(
         except EpisodeStreamError as error:
             result.error = error
 
-    try:
-        run_with_watchdog(work, WATCHDOG_S, "harsh chaos")
-    finally:
-        proxy.set_plan(None)
-    records = proxy.records()[before:]
-    result.requests = len(records)
-    result.faults = collections.Counter(r.fault for r in records if r.fault)
+    result.watch(proxy, work, "harsh chaos")
     print(result.line("EpisodeStreamDataset harsh (rate 0.6, 2 attempts)"))
     assert result.error is not None, "expected the run to give up"
     assert_retries_exhausted(result.error, harsh.max_attempts)
@@ -542,8 +539,6 @@ def test_dataloader_workers_stream_through_random_faults(
     url = emulator.rebase_url(http_publish(synthetic_av1))
     result = RunResult(expected=len(reference), budget=4 * BYTE_BUDGET)
     seen: set[int] = set()
-    before = len(proxy.records())
-    started = time.perf_counter()
 
     def work() -> None:
         with EpisodePoolDataset(
@@ -572,14 +567,7 @@ def test_dataloader_workers_stream_through_random_faults(
             except EpisodeStreamError as error:  # re-raised by the DataLoader, type kept
                 result.error = error
 
-    try:
-        run_with_watchdog(work, WATCHDOG_S, "DataLoader chaos")
-    finally:
-        proxy.set_plan(None)
-    result.seconds = time.perf_counter() - started
-    records = proxy.records()[before:]
-    result.requests = len(records)
-    result.faults = collections.Counter(r.fault for r in records if r.fault)
+    result.watch(proxy, work, "DataLoader chaos")
     print(
         result.line("EpisodePoolDataset, DataLoader(num_workers=2), seed 41 (retries in workers)")
     )

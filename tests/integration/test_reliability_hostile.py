@@ -11,6 +11,7 @@ a memory spike fails the case; so does any file written outside the cache folder
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import random
 import shutil
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import psutil
@@ -202,6 +203,32 @@ def copy_of(synthetic_av1: Path, workspace: Path) -> Path:
     return root
 
 
+EditedRun: TypeAlias = Callable[..., tuple[Outcome, dict[str, tuple[int, int]]]]
+
+
+@pytest.fixture
+def stream_edited(
+    synthetic_av1: Path,
+    workspace: Path,
+    reference: dict[int, Any],
+    http_publish: Callable[..., str],
+) -> EditedRun:
+    """``stream_edited(edit, over=..., episodes=...)``: a copy of the dataset changed by
+    ``edit(root)``, streamed from disk (``over="local"``) or over HTTP; returns the outcome
+    and the workspace as it was before streaming (for check_case)."""
+
+    def run(
+        edit: Callable[[Path], None], *, over: str, episodes: list[int] | None
+    ) -> tuple[Outcome, dict[str, tuple[int, int]]]:
+        root = copy_of(synthetic_av1, workspace)
+        edit(root)
+        target = str(root) if over == "local" else http_publish(root, f"hostile-{time.time_ns()}")
+        before = snapshot(workspace, workspace / "cache")
+        return stream(target, workspace / "cache", reference, episodes=episodes), before
+
+    return run
+
+
 # -- fuzzed MP4 files ------------------------------------------------------------------------
 
 
@@ -364,19 +391,9 @@ def _write_raw_info(root: Path, text: str) -> None:
 
 @pytest.mark.parametrize("over", ["local", "http"])
 @pytest.mark.parametrize("case", sorted(INFO_CASES))
-def test_hostile_info_json(
-    case: str,
-    over: str,
-    synthetic_av1: Path,
-    workspace: Path,
-    reference: dict[int, Any],
-    http_publish: Callable[..., str],
-) -> None:
-    root = copy_of(synthetic_av1, workspace)
-    _edit_info(root, INFO_CASES[case])
-    target = str(root) if over == "local" else http_publish(root, f"hostile-{time.time_ns()}")
-    before = snapshot(workspace, workspace / "cache")
-    outcome = stream(target, workspace / "cache", reference, episodes=[0])
+def test_hostile_info_json(case: str, over: str, workspace: Path, stream_edited: EditedRun) -> None:
+    edit = functools.partial(_edit_info, change=INFO_CASES[case])
+    outcome, before = stream_edited(edit, over=over, episodes=[0])
     # an absurd fps shows up as timestamps that disagree with it: the episodes table is named
     names = "meta/" if case == "fps huge" else "meta/info.json"
     check_case(f"info.json {case}", outcome, {"typed"}, workspace, before, names=names)
@@ -448,18 +465,10 @@ EPISODE_CASES: dict[str, Callable[[pa.Table], pa.Table]] = {
 @pytest.mark.parametrize("over", ["local", "http"])
 @pytest.mark.parametrize("case", sorted(EPISODE_CASES))
 def test_hostile_episodes_parquet(
-    case: str,
-    over: str,
-    synthetic_av1: Path,
-    workspace: Path,
-    reference: dict[int, Any],
-    http_publish: Callable[..., str],
+    case: str, over: str, workspace: Path, stream_edited: EditedRun
 ) -> None:
-    root = copy_of(synthetic_av1, workspace)
-    _edit_episodes(root, EPISODE_CASES[case])
-    target = str(root) if over == "local" else http_publish(root, f"hostile-{time.time_ns()}")
-    before = snapshot(workspace, workspace / "cache")
-    outcome = stream(target, workspace / "cache", reference, episodes=None)
+    edit = functools.partial(_edit_episodes, change=EPISODE_CASES[case])
+    outcome, before = stream_edited(edit, over=over, episodes=None)
     # a row pointing at a video that does not exist names that video; the rest the table
     names = (
         "/chunk-" if case in ("chunk_index points nowhere", "file_index huge") else EPISODES_PARQUET
