@@ -41,6 +41,16 @@ def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[BenchRe
     return BenchReport.read_json(path), out
 
 
+def _bench_stream_epoch(
+    root: str, work: Path, name: str, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[BenchReport, str]:
+    """STREAM alone over the whole epoch (at most 1000 samples), no keep-up run, two samples
+    of the decode measurement; the index cache in ``work/cache``, the report ``work/name.json``."""
+    argv = [root, "--tracks", "stream", "--samples", "1000", "--keepup-samples", "0"]
+    argv += ["--decode-samples", "2", "--cache-dir", str(work / "cache")]
+    return _bench([*argv, "--json", str(work / f"{name}.json"), *extra], capsys)
+
+
 @pytest.fixture(scope="module")
 def lengths(lerobot_fixture_root: Path) -> dict[int, int]:
     with LocalRangeReader(lerobot_fixture_root) as reader:
@@ -203,25 +213,8 @@ def test_num_episodes_takes_the_first(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    report, _ = _bench(
-        [
-            str(lerobot_fixture_root),
-            "--tracks",
-            "stream",
-            "--num-episodes",
-            "2",
-            "--samples",
-            "1000",
-            "--keepup-samples",
-            "0",
-            "--decode-samples",
-            "2",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--json",
-            str(tmp_path / "r.json"),
-        ],
-        capsys,
+    report, _ = _bench_stream_epoch(
+        str(lerobot_fixture_root), tmp_path, "r", ["--num-episodes", "2"], capsys
     )
     first = sorted(lengths)[:2]
     # the whole epoch of the subset: exactly the first two episodes' frames
@@ -249,25 +242,8 @@ def test_fsspec_range_backend_streams_the_same_bytes(
 ) -> None:
     runs = {}
     for backend in ("native", "fsspec"):
-        report, text = _bench(
-            [
-                lerobot_sim5_url,
-                "--tracks",
-                "stream",
-                "--range-backend",
-                backend,
-                "--samples",
-                "1000",
-                "--keepup-samples",
-                "0",
-                "--decode-samples",
-                "2",
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--json",
-                str(tmp_path / f"{backend}.json"),
-            ],
-            capsys,
+        report, text = _bench_stream_epoch(
+            lerobot_sim5_url, tmp_path, backend, ["--range-backend", backend], capsys
         )
         assert f"{backend} range reader" in text
         assert "chunk wait" not in text  # the column nothing filled is gone

@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from episodestream import SamplingError
@@ -17,14 +17,15 @@ from episodestream.sampling import (
     ResumeState,
     WorkerSlot,
     episodes_digest,
-    plan_shards,
+)
+from tests.support.sampling import (
+    SETTINGS,
+    assert_exact_cover,
+    draws_of_every_slot,
+    episode_sets_of,
 )
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-episode_sets = st.lists(st.integers(1, 40), min_size=1, max_size=30).map(
-    lambda counts: (np.arange(len(counts)) * 3 + 1, np.asarray(counts))
-)
+episode_sets = episode_sets_of(max_frames=40, max_episodes=30, stride=3, first=1)
 
 
 def all_draws(schedule: PoolSchedule) -> tuple[np.ndarray, np.ndarray]:
@@ -33,11 +34,9 @@ def all_draws(schedule: PoolSchedule) -> tuple[np.ndarray, np.ndarray]:
     return batch.episode_ids, batch.frame_indices
 
 
-def assert_exact_cover(ids, counts, episodes, frames) -> None:
-    expected = {(int(e), f) for e, n in zip(ids, counts, strict=True) for f in range(int(n))}
-    got = list(zip(episodes.tolist(), frames.tolist(), strict=True))
-    assert len(got) == len(set(got)), "a frame was drawn twice"
-    assert set(got) == expected
+def draw_pairs(schedule: PoolSchedule) -> list[tuple[int, int]]:
+    episodes, frames = all_draws(schedule)
+    return list(zip(episodes.tolist(), frames.tolist(), strict=True))
 
 
 @SETTINGS
@@ -54,26 +53,18 @@ def test_every_frame_exactly_once_across_all_slots(
     episodes, world_size, num_workers, pool_size, seed, epoch, shuffle
 ):
     ids, counts = episodes
-    plan = plan_shards(
-        ids, counts, world_size=world_size, num_workers=num_workers, seed=seed, epoch=epoch
-    )
     params = PoolParams(pool_size=pool_size, seed=seed, shuffle=shuffle)
-    drawn_e, drawn_f = [], []
-    for rank in range(world_size):
-        for worker in range(num_workers):
-            slot = WorkerSlot(rank, world_size, worker, num_workers)
-            schedule = PoolSchedule(
-                plan.episodes_for(slot),
-                plan.frame_counts_for(slot),
-                params=params,
-                slot=slot,
-                epoch=epoch,
-            )
-            assert schedule.total_samples == plan.frames_per_slot[rank, worker]
-            e, f = all_draws(schedule)
-            drawn_e.append(e)
-            drawn_f.append(f)
-    assert_exact_cover(ids, counts, np.concatenate(drawn_e), np.concatenate(drawn_f))
+    drawn = draws_of_every_slot(
+        ids,
+        counts,
+        world_size=world_size,
+        num_workers=num_workers,
+        seed=seed,
+        epoch=epoch,
+        schedule_for=lambda e, n, slot: PoolSchedule(e, n, params=params, slot=slot, epoch=epoch),
+        draws=draw_pairs,
+    )
+    assert_exact_cover(ids, counts, drawn)
 
 
 @SETTINGS

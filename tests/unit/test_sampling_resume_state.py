@@ -22,7 +22,8 @@ DIGEST = episodes_digest(np.arange(5), np.full(5, 30))
 
 # the dicts EpisodePoolDataset wrote before ResumeState existed, key for key and in order:
 # checkpoints saved by it must keep loading, and states written now must look the same
-RANK_DICT: dict[str, Any] = {
+# (both kinds carry the same pool fields, in this order, after a window pool's fields)
+_POOL_FIELDS: dict[str, Any] = {
     "version": 1,
     "seed": 7,
     "epoch": 2,
@@ -31,6 +32,9 @@ RANK_DICT: dict[str, Any] = {
     "rank": 1,
     "world_size": 2,
     "episodes_digest": DIGEST,
+}
+RANK_DICT: dict[str, Any] = {
+    **_POOL_FIELDS,
     "kind": "rank",
     "num_workers": 2,
     "batch_size": 4,
@@ -43,14 +47,7 @@ WORKER_DICT: dict[str, Any] = {
     "decoded_budget": 64 << 20,
     "window_bytes": 1 << 20,
     "window_spread": 31,
-    "version": 1,
-    "seed": 7,
-    "epoch": 2,
-    "pool_size": 3,
-    "shuffle": True,
-    "rank": 1,
-    "world_size": 2,
-    "episodes_digest": DIGEST,
+    **_POOL_FIELDS,
     "kind": "worker",
     "num_workers": 2,
     "worker": 1,

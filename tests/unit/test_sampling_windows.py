@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from episodestream.errors import BudgetError, SamplingError
@@ -15,18 +15,18 @@ from episodestream.sampling import (
     PoolSchedule,
     WindowParams,
     WindowSchedule,
-    WorkerSlot,
     decoded_span,
-    plan_shards,
     window_bounds,
     window_slots,
 )
-
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-episode_sets = st.lists(st.integers(1, 50), min_size=1, max_size=20).map(
-    lambda counts: (np.arange(len(counts)) * 5 + 2, np.asarray(counts))
+from tests.support.sampling import (
+    SETTINGS,
+    assert_exact_cover,
+    draws_of_every_slot,
+    episode_sets_of,
 )
+
+episode_sets = episode_sets_of(max_frames=50, max_episodes=20, stride=5, first=2)
 window_params = st.builds(
     WindowParams,
     window_frames=st.integers(1, 20),
@@ -64,26 +64,17 @@ def test_every_frame_exactly_once_across_all_slots(
     episodes, params, world_size, num_workers, epoch
 ):
     ids, counts = episodes
-    plan = plan_shards(
-        ids, counts, world_size=world_size, num_workers=num_workers, seed=params.seed, epoch=epoch
+    drawn = draws_of_every_slot(
+        ids,
+        counts,
+        world_size=world_size,
+        num_workers=num_workers,
+        seed=params.seed,
+        epoch=epoch,
+        schedule_for=lambda e, n, slot: WindowSchedule(e, n, params=params, slot=slot, epoch=epoch),
+        draws=lambda schedule: list(schedule.iter_draws()),
     )
-    drawn = []
-    for rank in range(world_size):
-        for worker in range(num_workers):
-            slot = WorkerSlot(rank, world_size, worker, num_workers)
-            schedule = WindowSchedule(
-                plan.episodes_for(slot),
-                plan.frame_counts_for(slot),
-                params=params,
-                slot=slot,
-                epoch=epoch,
-            )
-            mine = list(schedule.iter_draws())
-            assert len(mine) == schedule.total_samples == plan.frame_counts_for(slot).sum()
-            drawn.extend(mine)
-    expected = {(int(e), f) for e, n in zip(ids, counts, strict=True) for f in range(int(n))}
-    assert len(drawn) == len(set(drawn)) == len(expected)
-    assert set(drawn) == expected
+    assert_exact_cover(ids, counts, drawn)
 
 
 @SETTINGS
