@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Self, TypeAlias
 
 from episodestream._closing import Closing
-from episodestream.errors import ServingError
+from episodestream.errors import ConfigError, ServingError
 
 __all__ = ["LoopProxy", "LoopThread"]
 
@@ -153,6 +153,44 @@ class LoopProxy(Closing, abc.ABC):
 
     _host: str
     _runner: LoopThread
+    upstream: tuple[str, int]
+
+    def _set_up(
+        self,
+        label: str,
+        thread_name: str,
+        upstream: tuple[str, int] | str,
+        *,
+        host: str,
+        port: int | None,
+        start_timeout_s: float,
+        stop_timeout_s: float,
+        log: logging.Logger,
+    ) -> None:
+        """What a proxy's ``__init__`` does first: ``upstream`` (``(host, port)`` or an
+        ``http://host:port`` URL), where to listen (``port=None``: a free port) and the loop
+        thread (see :class:`LoopThread` for ``label``, ``thread_name`` and ``log``).
+
+        Raises:
+            ConfigError: an upstream URL without a host or a port.
+        """
+        if isinstance(upstream, str):
+            parsed = urllib.parse.urlsplit(upstream)
+            if parsed.hostname is None or parsed.port is None:
+                raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
+            upstream = (parsed.hostname, parsed.port)
+        self.upstream = upstream
+        self._host = host
+        self._requested_port = port or 0
+        self._runner = LoopThread(
+            label,
+            thread_name,
+            host=host,
+            port=self._requested_port,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            log=log,
+        )
 
     @abc.abstractmethod
     def start(self) -> Self:

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from episodestream._checks import check_int, check_number
-from episodestream.errors import ConfigError
-from episodestream.serving._loop import LoopProxy, LoopThread
+from episodestream.serving._loop import LoopProxy
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -421,26 +420,19 @@ class WanEmulator(LoopProxy):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
-        if isinstance(upstream, str):
-            parsed = urllib.parse.urlsplit(upstream)
-            if parsed.hostname is None or parsed.port is None:
-                raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
-            upstream = (parsed.hostname, parsed.port)
-        self.upstream: tuple[str, int] = upstream
-        self.settings = settings if settings is not None else WanSettings()
-        self._host = host
-        self._requested_port = port or 0
-        self._counters = _Counters()
-        self._links: set[_Link] = set()
-        self._runner = LoopThread(
+        self._set_up(
             "WAN emulator",
             "episodestream-wan",
+            upstream,
             host=host,
-            port=self._requested_port,
+            port=port,
             start_timeout_s=start_timeout_s,
             stop_timeout_s=stop_timeout_s,
             log=logger,
         )
+        self.settings = settings if settings is not None else WanSettings()
+        self._counters = _Counters()
+        self._links: set[_Link] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
