@@ -21,9 +21,10 @@ import asyncio
 import email.utils
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from episodestream._checks import check_int
@@ -293,35 +294,18 @@ class FsspecRangeReader(BaseRangeReader):
         results: list[bytes] = [b""] * len(requests)
         if self._is_s3(fs) and wanted:
             jobs = [(fulls[i][1], fulls[i][2], requests[i].offset, requests[i].end) for i in wanted]
-            try:
-                answers = _sync(fs, self._s3_batch, fs, jobs)
-            except Exception as error:
-                raise self._translate(error, self._where(fulls[wanted[0]][2])) from error
-            for i, answer in zip(wanted, answers, strict=True):
-                r = requests[i]
-                where = self._where(fulls[i][2], r.offset, r.length)
-                if isinstance(answer, BaseException):
-                    raise self._translate(answer, where) from answer
-                results[i] = self._checked(answer, r.length, where)
-            return results
+            batch = partial(_sync, fs, self._s3_batch, fs, jobs)
+            return self._take_batch(batch, requests, fulls, wanted, results)
         if getattr(fs, "async_impl", False) and len(wanted) > 1:
-            try:
-                answers = fs.cat_ranges(
-                    [fulls[i][1] for i in wanted],
-                    [requests[i].offset for i in wanted],
-                    [requests[i].end for i in wanted],
-                    on_error="return",
-                    batch_size=self._max_concurrency,
-                )
-            except Exception as error:
-                raise self._translate(error, self._where(fulls[wanted[0]][2])) from error
-            for i, answer in zip(wanted, answers, strict=True):
-                r = requests[i]
-                where = self._where(fulls[i][2], r.offset, r.length)
-                if isinstance(answer, BaseException):
-                    raise self._translate(answer, where) from answer
-                results[i] = self._checked(answer, r.length, where)
-            return results
+            batch = partial(
+                fs.cat_ranges,
+                [fulls[i][1] for i in wanted],
+                [requests[i].offset for i in wanted],
+                [requests[i].end for i in wanted],
+                on_error="return",
+                batch_size=self._max_concurrency,
+            )
+            return self._take_batch(batch, requests, fulls, wanted, results)
         if len(wanted) <= 1:
             for i in wanted:
                 r = requests[i]
@@ -351,6 +335,28 @@ class FsspecRangeReader(BaseRangeReader):
         if first_error is not None:
             error, where = first_error
             raise self._translate(error, where) from error
+        return results
+
+    def _take_batch(
+        self,
+        batch: Callable[[], list[Any]],
+        requests: list[ReadRequest],
+        fulls: list[tuple[Any, str, str]],
+        wanted: list[int],
+        results: list[bytes],
+    ) -> list[bytes]:
+        """Run ``batch`` (one answer, bytes or its error, per ``wanted`` request, in order) and
+        check each answer into ``results``; the first error is raised."""
+        try:
+            answers = batch()
+        except Exception as error:
+            raise self._translate(error, self._where(fulls[wanted[0]][2])) from error
+        for i, answer in zip(wanted, answers, strict=True):
+            r = requests[i]
+            where = self._where(fulls[i][2], r.offset, r.length)
+            if isinstance(answer, BaseException):
+                raise self._translate(answer, where) from answer
+            results[i] = self._checked(answer, r.length, where)
         return results
 
     # ------------------------------------------------------------------ S3: pinned objects

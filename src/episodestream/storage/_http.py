@@ -1,6 +1,9 @@
 """Native HTTP(S) range reader on a minimal HTTP/1.1 transport (chosen by measurement:
 docs/HTTP_CLIENTS.md; see ``_wire.py``), reached through the ``Transport`` seam
 (``_transport.py``); the rules applied to answers, apart from any socket, are ``_httprules.py``.
+Around the read path here: body reading (``_httpbody.py``), failures, retries and the failure
+log (``_failures.py``), counters (``_httpmetrics.py``), the bounded thread runner behind
+``read_many`` and split ranges (``_runner.py``).
 
 One exchange = one ``GET`` with a single ``Range``. Every answer is checked before a byte of it is
 trusted: status, ``Content-Range`` start/end/total, body length and the file's validator (ETag or
@@ -17,30 +20,25 @@ requests honours them (``_proxy.py``); a proxy that refuses or cannot be reached
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
-import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from episodestream.errors import (
     ConfigTypeError,
     InvalidResponse,
-    NotFound,
-    ProxyError,
     RangeNotSupported,
     StaleSourceError,
     StorageError,
-    StorageTimeout,
 )
 from episodestream.storage._base import (
     DEFAULT_READ_FILE_MAX_BYTES,
@@ -58,7 +56,16 @@ from episodestream.storage._config import (
     RetryPolicy,
     Timeouts,
 )
+from episodestream.storage._failures import (
+    FailureLog,
+    Retrier,
+    Retry,
+    send_failure,
+    status_failure,
+)
 from episodestream.storage._hostgate import HOST_GATES
+from episodestream.storage._httpbody import read_body, read_small_body, skip_body
+from episodestream.storage._httpmetrics import Metrics
 from episodestream.storage._httprules import (
     REDIRECT_STATUSES,
     AnswerError,
@@ -68,7 +75,6 @@ from episodestream.storage._httprules import (
     check_partial_framing,
     coalesce_ranges,
     declared_length,
-    describe_error,
     if_range_validator,
     pin_identity,
     redirect_target,
@@ -76,14 +82,9 @@ from episodestream.storage._httprules import (
     target_is_fresh,
     unsatisfied_total,
 )
-from episodestream.storage._messages import server_message
-from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
 from episodestream.storage._redirects import REDIRECT_HOSTS
+from episodestream.storage._runner import run_bounded
 from episodestream.storage._transport import (
-    PoolTimeout,
-    ProtocolError,
-    ProxyRefused,
-    ProxyUnreachable,
     Response,
     Transport,
     TransportFactory,
@@ -96,8 +97,6 @@ __all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 # A server that ignores Range sends the whole file from byte 0: we stream past at most this many
 # bytes to reach a range (never buffering them); beyond it, RangeNotSupported.
 DEFAULT_MAX_SKIP_BYTES = 8 * 1024 * 1024
@@ -109,63 +108,7 @@ _MAX_ROUTES = 4096  # URLs whose request headers are kept (signed URLs must not 
 # read_file() refuses files larger than this unless told otherwise (metadata, not videos).
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
-_READ_CHUNK_BYTES = 1024 * 1024
-# One body read call fills one bytes object straight from the socket; ranges up to this size
-# (episode spans, split parts) arrive with no copy at all.
-_BODY_CALL_BYTES = 16 * 1024 * 1024
-_SKIP_CHUNK_BYTES = 1024 * 1024
 _USER_AGENT = "episodestream/0.1"
-
-
-class _Metrics:
-    """Counters and time sums; ``snapshot`` is the reader's ``metrics()``.
-
-    Each thread adds into its own dict (no lock on the hot path: eight lock round trips per
-    request showed up when many threads ran small requests); a snapshot sums them.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._per_thread: list[dict[str, float | int]] = []
-
-    def add(self, name: str, amount: float | int = 1) -> None:
-        values = getattr(self._local, "values", None)
-        if values is None:
-            values = self._local.values = {}
-            with self._lock:
-                self._per_thread.append(values)
-        values[name] = values.get(name, 0) + amount
-
-    def snapshot(self) -> dict[str, float | int]:
-        base: dict[str, float | int] = {
-            "requests": 0,
-            "bytes": 0,
-            "bytes_returned": 0,
-            "reads": 0,
-            "retries": 0,
-            "resumes": 0,
-            "redirects": 0,
-            "reresolves": 0,
-            "target_refusals": 0,
-            "rate_limited": 0,
-            "quota_wait_seconds": 0.0,
-            "connections": 0,
-            "connect_seconds": 0.0,
-            "headers_seconds": 0.0,
-            "first_byte_seconds": 0.0,
-            "body_seconds": 0.0,
-            "coalesced_requests": 0,
-            "split_parts": 0,
-            "failures": 0,
-        }
-        with self._lock:
-            # dict() copies in one C call under the GIL: safe while the owner keeps adding.
-            copies = [dict(values) for values in self._per_thread]
-        for values in copies:
-            for name, amount in values.items():
-                base[name] = base.get(name, 0) + amount
-        return base
 
 
 @dataclass(slots=True)
@@ -178,24 +121,6 @@ class _FileState:
     size: int | None = None
     etag: str | None = None
     last_modified: str | None = None
-
-
-class _Retry(Exception):  # internal control flow, never escapes the reader
-    """One attempt failed in a way worth retrying; carries the typed error to raise at the end."""
-
-    def __init__(
-        self,
-        error: StorageError,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        quota: RateLimit | None = None,
-    ) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.status = status
-        self.retry_after = retry_after
-        self.quota = quota  # a 429 that said when its quota resets: wait, do not count it
 
 
 class HttpRangeReader(BaseRangeReader):
@@ -269,13 +194,21 @@ class HttpRangeReader(BaseRangeReader):
     def _init_runtime(self) -> None:
         self._track_forks()
         self._lock = threading.Lock()
-        self._log_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
         self._headers_by_url: dict[str, dict[str, str]] = {}
         self._executor: ThreadPoolExecutor | None = None
-        self._metrics = _Metrics()
+        self._metrics = Metrics()
         self._rng = random.Random(self._seed)
+        self._retrier = Retrier(
+            self,
+            retry=self._retry,
+            rng=self._rng,
+            lock=self._lock,
+            stop=self._stop,
+            metrics=self._metrics,
+            log=FailureLog(self._failure_log),
+        )
         self._transport: Transport = self._transport_factory(
             TransportOptions(
                 timeouts=self._timeouts,
@@ -292,7 +225,6 @@ class HttpRangeReader(BaseRangeReader):
             if key
             not in {
                 "_lock",
-                "_log_lock",
                 "_stop",
                 "_closed",
                 "_transport",
@@ -300,6 +232,7 @@ class HttpRangeReader(BaseRangeReader):
                 "_executor",
                 "_metrics",
                 "_rng",
+                "_retrier",
             }
         }
         with self._lock:
@@ -509,45 +442,9 @@ class HttpRangeReader(BaseRangeReader):
         )
         return [(start, end, [indices[m] for m in members]) for start, end, members in merged]
 
-    def _run_all(self, tasks: list[Callable[[], T]]) -> list[T]:
-        """Run tasks on at most ``limits.max_concurrency`` threads, the caller's included;
-        results in order, or the first error once everything already running has finished.
-
-        Workers pull task indices from one shared iterator (no future per task), and stop
-        pulling after an error. Helpers that have not started when the caller runs out of
-        tasks are cancelled, never waited for.
-        """
-        if len(tasks) <= 1:
-            return [task() for task in tasks]
-        results: list[Any] = [None] * len(tasks)
-        order = iter(range(len(tasks)))  # next() on it is atomic under the GIL
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            for index in order:
-                if errors:
-                    return
-                try:
-                    results[index] = tasks[index]()
-                except BaseException as error:
-                    errors.append(error)
-                    return
-
-        helpers = min(self._limits.max_concurrency, len(tasks)) - 1
-        futures = []
-        if helpers:
-            executor = self._pool_executor()
-            futures = [executor.submit(work) for _ in range(helpers)]
-        work()
-        # The caller's own loop ended, so every task is taken (or an error stopped the run):
-        # a helper still queued behind other callers' downloads has nothing left to do, and
-        # waiting for it to start could take as long as those downloads. Cancel it; wait only
-        # for helpers already running a task (bounded by their own timeouts).
-        running = [future for future in futures if not future.cancel()]
-        wait(running)
-        if errors:
-            raise errors[0]
-        return results
+    def _run_all(self, tasks: list[Callable[[], bytes]]) -> list[bytes]:
+        """Run tasks on the reader's pool, at most ``limits.max_concurrency`` at once."""
+        return run_bounded(tasks, self._limits.max_concurrency, self._pool_executor)
 
     def _fetch_split(self, state: _FileState, offset: int, length: int) -> bytes:
         parts = self._split(offset, length)
@@ -591,7 +488,7 @@ class HttpRangeReader(BaseRangeReader):
 
     def _send(self, url: str, extra: dict[str, str] | None = None) -> Response:
         """One GET through the transport, its body left unread; transport failures become
-        ``_Retry`` (or, where retrying cannot help, a typed error).
+        ``Retry`` (or, where retrying cannot help, a typed error).
 
         Waits first while the host's quota gate is closed (a 429 announced its window)."""
         if HOST_GATES.remaining(url) > 0:
@@ -604,81 +501,16 @@ class HttpRangeReader(BaseRangeReader):
         started = time.perf_counter()
         try:
             response = self._transport.get(url, headers)
-        except PoolTimeout as error:
-            raise _Retry(
-                StorageTimeout(
-                    f"{redact_url(url)}: no free connection within "
-                    f"{self._timeouts.pool_seconds} s (pool of "
-                    f"{self._limits.max_connections_per_host})"
-                )
-            ) from error
-        except ProxyRefused as error:
-            # 502/503/504: the proxy could not reach the origin (may pass); others (407) do not
-            refused = ProxyError(f"{redact_url(url)}: {error}")
-            if error.status in (502, 503, 504):
-                raise _Retry(refused, status=error.status) from error
-            raise refused from error
-        except ProxyUnreachable as error:
-            raise _Retry(ProxyError(f"{redact_url(url)}: {error}")) from error
-        except ssl.SSLCertVerificationError as error:
-            # A certificate problem does not fix itself; do not retry.
-            raise StorageError(f"{redact_url(url)}: TLS certificate error: {error}") from error
-        except TimeoutError as error:
-            raise _Retry(
-                StorageTimeout(f"{redact_url(url)}: timed out: {describe_error(error)}")
-            ) from error
-        except ProtocolError as error:
-            raise _Retry(InvalidResponse(f"{redact_url(url)}: {error}")) from error
-        except ValueError as error:
-            # an unsafe request target or header the transport refuses to send: not retried
-            raise StorageError(f"{redact_url(url)}: {error}") from error
-        except OSError as error:
-            raise _Retry(
-                StorageError(f"{redact_url(url)}: connection failed: {describe_error(error)}")
-            ) from error
+        except Exception as error:
+            failure = send_failure(error, url, self._timeouts, self._limits)
+            if failure is None:
+                raise
+            raise failure from error
         finally:
             self._metrics.add("headers_seconds", time.perf_counter() - started)
         self._metrics.add("requests")
         self._metrics.add(f"status_{response.status}")
         return response
-
-    def _read_small_body(
-        self, response: Response, limit: int, *, strict: bool = False
-    ) -> bytes | None:
-        """The whole body when it fits in ``limit`` bytes (the response's ``with`` then keeps
-        its connection).
-
-        A larger (declared or actual) body, or a broken one, is left unread (the ``with``
-        closes the connection) and gives ``None`` — or, with ``strict``, raises:
-        ``InvalidResponse`` for too large, ``_Retry`` for a broken transfer.
-        """
-        where = "response body"
-        length = response.headers.get("Content-Length")
-        if length is not None and (not length.strip().isdigit() or int(length) > limit):
-            if strict:
-                raise InvalidResponse(f"{where}: body of {length} bytes exceeds {limit}")
-            return None
-        parts: list[bytes] = []
-        total = 0
-        try:
-            while True:
-                # Read to the end (declared length or chunked EOF) so the response is complete
-                # and its connection reusable; never more than ``limit`` + 1 bytes.
-                chunk = response.read(min(_READ_CHUNK_BYTES, limit + 1 - total))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                total += len(chunk)
-                if total > limit:
-                    if strict:
-                        raise InvalidResponse(f"{where}: body larger than {limit} bytes")
-                    return None
-        except (OSError, ValueError) as error:
-            if strict:
-                broken = StorageError(f"{where}: body broken: {describe_error(error)}")
-                raise _Retry(broken) from error
-            return None
-        return b"".join(parts)
 
     # -------------------------------------------------------------------------- exchanges
 
@@ -736,7 +568,7 @@ class HttpRangeReader(BaseRangeReader):
             try:
                 try:
                     response = self._send(url, headers)
-                except _Retry as failure:
+                except Retry as failure:
                     if reused:
                         REDIRECT_HOSTS.release(url)
                     failure.error.args = (f"{failure.error} (bytes {start}-{end - 1})",)
@@ -788,7 +620,7 @@ class HttpRangeReader(BaseRangeReader):
                         continue
                     if status == 416 and (probe or to_end):
                         total = unsatisfied_total(response.headers.get("Content-Range"))
-                        self._read_small_body(response, 64 * 1024)
+                        read_small_body(response, 64 * 1024)
                         if total is not None and total <= start:
                             # The file ends exactly where we are (an empty file, for a probe).
                             self._pin(state, response.headers, total, start, end, trusted=trusted)
@@ -800,7 +632,7 @@ class HttpRangeReader(BaseRangeReader):
                     if status == 403 and url != state.url and refusals < MAX_TARGET_REFUSALS:
                         # A redirect target refused: expired, or signed for another range. Ask the
                         # origin again for this very range (bounded; reset when bytes arrive).
-                        self._read_small_body(response, 64 * 1024)
+                        read_small_body(response, 64 * 1024)
                         with self._lock:
                             if state.target == url:
                                 state.target = None
@@ -809,45 +641,20 @@ class HttpRangeReader(BaseRangeReader):
                         self._metrics.add("reresolves")
                         continue
                     self._raise_for_status(state, response, start, end)
-            except _Retry as failure:
+            except Retry as failure:
                 if failure.quota is not None:
                     limited += 1
-                    self._hold_for_quota(state, url, start, end, limited, failure)
+                    self._retrier.hold_for_quota(state.label, url, start, end, limited, failure)
                     continue
                 attempt += 1
                 # what failing costs, apart from the sleeps between attempts
                 self._metrics.add("failed_attempt_seconds", time.perf_counter() - sent)
                 # time spent waiting for a quota window is not time spent failing
                 waited = HOST_GATES.waited_here() - gate_mark
-                self._after_failure(state, start, end, attempt, started + waited, failure)
+                self._retrier.after_failure(
+                    state.label, start, end, attempt, started + waited, failure
+                )
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    def _hold_for_quota(
-        self, state: _FileState, url: str, start: int, end: int, limited: int, failure: _Retry
-    ) -> None:
-        """A 429 announced when its quota resets: close the host's gate for that long (every
-        thread waits in ``_send``), or give up when the wait is beyond the policy's bound."""
-        quota = failure.quota
-        assert quota is not None
-        wait = quota.wait_seconds or 0.0
-        bound = self._retry.rate_limit_max_seconds
-        self._metrics.add("rate_limited")
-        giving_up = wait > bound or limited > MAX_QUOTA_WAITS
-        self._log_failure(state, start, end, limited, failure, None if giving_up else wait)
-        if self._stop.is_set():
-            raise StorageError(f"{self!r} was closed during the read") from failure.error
-        if giving_up:
-            error = failure.error
-            reason = (
-                f"the quota resets in {wait:.0f} s, beyond retry.rate_limit_max_seconds={bound:g}"
-                if wait > bound
-                else f"rate-limited {limited} times in a row"
-            )
-            error.args = (f"{error}: {quota.describe()}; {reason}",)
-            self._metrics.add("failures")
-            raise error
-        self._metrics.add("retries")  # a retry like any other, just not a failed attempt
-        HOST_GATES.hold(url, wait, quota.describe())
 
     # ------------------------------------------------------------------ redirect targets
 
@@ -867,19 +674,14 @@ class HttpRangeReader(BaseRangeReader):
         """Report how a host answered a target reused for another range (see _redirects)."""
         if status == 403:
             self._metrics.add("target_refusals")
-            if REDIRECT_HOSTS.report(target, refused=True):
-                host = urllib.parse.urlsplit(target).netloc
-                logger.info(
-                    "%s: redirect targets on %s are signed per range; every range on that "
-                    "host is now resolved through %s",
-                    state.label,
-                    host,
-                    urllib.parse.urlsplit(state.url).netloc,
-                )
-        elif status in (200, 206):
-            REDIRECT_HOSTS.report(target, refused=False)
-        else:
-            REDIRECT_HOSTS.release(target)
+        if REDIRECT_HOSTS.learn(target, status):
+            logger.info(
+                "%s: redirect targets on %s are signed per range; every range on that "
+                "host is now resolved through %s",
+                state.label,
+                urllib.parse.urlsplit(target).netloc,
+                urllib.parse.urlsplit(state.url).netloc,
+            )
 
     def _follow(self, state: _FileState, response: Response, url: str, start: int, end: int) -> str:
         """The checked absolute target of a redirect answer (its body drained)."""
@@ -894,7 +696,7 @@ class HttpRangeReader(BaseRangeReader):
         """Every redirect goes through here (ranges and documents): its small body drained so
         the connection is reused, its ``Location`` checked and made absolute."""
         location = response.headers.get("Location")
-        self._read_small_body(response, 64 * 1024)
+        read_small_body(response, 64 * 1024)
         try:
             return redirect_target(url, location)
         except AnswerError as error:
@@ -924,20 +726,20 @@ class HttpRangeReader(BaseRangeReader):
         limit: int | None = None,
         *,
         trusted: bool = True,
-    ) -> tuple[bytes, _Retry | None]:
+    ) -> tuple[bytes, Retry | None]:
         """Check a 206 and read its body: (bytes received, failure or None)."""
         where = f"{state.label} bytes {start}-{end - 1}"
         try:
             answered = check_partial(response.headers.get("Content-Range"), start, end)
         except AnswerError as error:
-            return b"", _Retry(InvalidResponse(f"{where}: {error}"))
+            return b"", Retry(InvalidResponse(f"{where}: {error}"))
         self._pin(state, response.headers, answered.total, start, end, trusted=trusted)
         self._check_total(state, response, answered.total, limit)
         expected = answered.length
         try:
             check_partial_framing(response.headers, expected)
         except AnswerError as error:
-            return b"", _Retry(InvalidResponse(f"{where}: {error}"))
+            return b"", Retry(InvalidResponse(f"{where}: {error}"))
         encoding = body_encoding(response.headers)
         if encoding is not None:
             raise InvalidResponse(f"{where}: body sent with Content-Encoding {encoding!r}")
@@ -970,16 +772,7 @@ class HttpRangeReader(BaseRangeReader):
                 f"streaming past more than max_skip_bytes={self._max_skip_bytes}"
             )
         self._metrics.add("range_ignored")
-        try:
-            skipped = 0
-            while skipped < start:
-                chunk = response.read(min(_SKIP_CHUNK_BYTES, start - skipped))
-                if not chunk:
-                    break
-                skipped += len(chunk)
-                self._metrics.add("bytes", len(chunk))
-        except (OSError, ValueError) as error:
-            raise _Retry(StorageError(f"{where}: {describe_error(error)}")) from error
+        skipped = skip_body(response, start, where, self._metrics)
         if skipped < start:
             raise InvalidResponse(f"{where}: file ends at byte {skipped}")
         stop = end if total is None else min(end, total)
@@ -1004,60 +797,11 @@ class HttpRangeReader(BaseRangeReader):
 
     def _read_body(
         self, response: Response, wanted: int, where: str, sent: float
-    ) -> tuple[bytes, _Retry | None]:
-        """Up to ``wanted`` body bytes; a short or broken body yields what came and a ``_Retry``.
-
-        Reads go in calls of up to ``_BODY_CALL_BYTES``, each filling a fresh ``bytes`` straight
-        from the socket; every socket wait is bounded by the read timeout, and the attempt as a
-        whole by a minimum rate, so a trickling server cannot hold a read forever.
-        """
-        pieces: list[bytes] = []
-        position = 0
-        deadline = time.monotonic() + max(
-            self._timeouts.read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND
+    ) -> tuple[bytes, Retry | None]:
+        read_seconds = self._timeouts.read_seconds
+        return read_body(
+            response, wanted, where, sent, read_seconds=read_seconds, metrics=self._metrics
         )
-        failure: _Retry | None = None
-        body_started: float | None = None
-        try:
-            # Time to first byte: wait until the first body byte is buffered (not consumed).
-            response.peek()
-            body_started = time.perf_counter()
-            self._metrics.add("first_byte_seconds", body_started - sent)
-            while position < wanted:
-                chunk = response.read(min(_BODY_CALL_BYTES, wanted - position))
-                if not chunk:
-                    failure = _Retry(
-                        InvalidResponse(f"{where}: body ended after {position} of {wanted} bytes")
-                    )
-                    break
-                pieces.append(chunk)
-                position += len(chunk)
-                if position < wanted and time.monotonic() > deadline:
-                    failure = _Retry(
-                        StorageTimeout(f"{where}: body slower than the attempt deadline")
-                    )
-                    break
-        except TimeoutError as error:
-            failure = _Retry(
-                StorageTimeout(
-                    f"{where}: no data for {self._timeouts.read_seconds} s after {position} of "
-                    f"{wanted} bytes"
-                )
-            )
-            failure.__cause__ = error
-        except (OSError, ValueError) as error:
-            # ValueError: peek/read on a socket file the server already closed.
-            failure = _Retry(
-                StorageError(
-                    f"{where}: body broken after {position} of {wanted} bytes: "
-                    f"{describe_error(error)}"
-                )
-            )
-            failure.__cause__ = error
-        if body_started is not None:
-            self._metrics.add("body_seconds", time.perf_counter() - body_started)
-        self._metrics.add("bytes", position)
-        return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), failure
 
     def _pin(
         self,
@@ -1107,88 +851,18 @@ class HttpRangeReader(BaseRangeReader):
         where = state.label
         if start is not None and end is not None:
             where = f"{where} bytes {start}-{end - 1}"
-        headers = response.headers
-        body = self._read_small_body(response, 64 * 1024)
-        if self._retry.is_retryable_status(status):
-            quota = parse_rate_limit(headers) if status == 429 else None
-            announced = quota is not None and quota.wait_seconds is not None
-            raise _Retry(
-                StorageError(f"{where}: HTTP {status}"),
-                status=status,
-                retry_after=RetryPolicy.parse_retry_after(headers.get("Retry-After")),
-                quota=quota if announced else None,
-            )
-        if status in (404, 410):
-            raise NotFound(f"{where}: HTTP {status}, no such file")
-        if status in (401, 403):
-            hint = " (a token may be missing or lack access)" if status == 401 else ""
-            secrets = [
-                v for value in self._credentials.values() for v in (value, value.split()[-1])
-            ]
-            said = server_message(headers, body, secrets)
-            reason = f" — the server says: {said}" if said else ""
-            raise StorageError(f"{where}: HTTP {status}, access denied{hint}{reason}")
-        if status == 416:
-            total = unsatisfied_total(headers.get("Content-Range"))
-            with self._lock:
-                known = state.size
-            if total is not None and known is not None and total != known:
-                raise StaleSourceError(f"{where}: file size changed from {known} to {total}")
-            size_text = f"{total} bytes" if total is not None else "unknown size"
-            raise InvalidResponse(f"{where}: range not satisfiable (file of {size_text})")
-        raise InvalidResponse(f"{where}: unexpected HTTP {status}")
-
-    def _after_failure(
-        self, state: _FileState, start: int, end: int, attempt: int, started: float, failure: _Retry
-    ) -> None:
-        """Log a failed attempt, then sleep before the next one or raise the typed error."""
-        if self._stop.is_set():
-            # close() interrupted this attempt (shut its connection down): no retry, no log
-            raise StorageError(f"{self!r} was closed during the read") from failure.error
-        elapsed = time.monotonic() - started
+        body = read_small_body(response, 64 * 1024)
         with self._lock:
-            delay = self._retry.next_delay(attempt, self._rng, failure.retry_after)
-        retrying = self._retry.should_retry(attempt, elapsed, delay)
-        self._metrics.add("retries" if retrying else "failures")
-        self._log_failure(state, start, end, attempt, failure, delay if retrying else None)
-        if not retrying:
-            error = failure.error
-            error.args = (f"{error} — gave up after {attempt} attempt(s) in {elapsed:.1f} s",)
-            raise error from failure.__cause__
-        logger.debug("retrying %s in %.2f s: %s", state.label, delay, failure.error)
-        self._metrics.add("retry_sleep_seconds", delay)
-        if self._stop.wait(delay):
-            raise StorageError(f"{self!r} was closed while waiting to retry") from failure.error
-
-    def _log_failure(
-        self,
-        state: _FileState,
-        start: int,
-        end: int,
-        attempt: int,
-        failure: _Retry,
-        delay: float | None,
-    ) -> None:
-        if self._failure_log is None:
-            return
-        record = {
-            "time": time.time(),
-            "url": state.label,
-            "range": [start, end - 1],
-            "attempt": attempt,
-            "status": failure.status,
-            "error": type(failure.error).__name__,
-            "message": str(failure.error),
-            "retry": delay is not None,
-            "delay_seconds": delay,
-        }
-        line = json.dumps(record) + "\n"
-        with self._log_lock:
-            try:
-                with open(self._failure_log, "a", encoding="utf-8") as handle:
-                    handle.write(line)
-            except OSError as error:
-                logger.warning("cannot append to failure log %s: %s", self._failure_log, error)
+            known = state.size
+        raise status_failure(
+            status,
+            response.headers,
+            body,
+            where,
+            retry=self._retry,
+            credentials=self._credentials,
+            known_size=known,
+        )
 
     # ----------------------------------------------------------------- small documents (API)
 
@@ -1217,21 +891,16 @@ class HttpRangeReader(BaseRangeReader):
                         continue
                     if status == 200:
                         headers = response.headers
-                        body = self._read_small_body(response, max_bytes, strict=True)
+                        body = read_small_body(response, max_bytes, strict=True)
                         assert body is not None
                         self._metrics.add("bytes", len(body))
                         return body, headers
                     self._raise_for_status(state, response, None, None)
-            except _Retry as failure:
+            except Retry as failure:
                 if failure.quota is not None:
                     limited += 1
-                    self._hold_for_quota(state, url, 0, 1, limited, failure)
+                    self._retrier.hold_for_quota(state.label, url, 0, 1, limited, failure)
                     continue
                 attempt += 1
                 waited = HOST_GATES.waited_here() - gate_mark
-                self._after_failure(state, 0, 1, attempt, started + waited, failure)
-
-
-# A body slower than this (after the first read timeout's worth of grace) fails the attempt,
-# so a trickling server cannot hold a read forever.
-_MIN_BODY_BYTES_PER_SECOND = 64 * 1024
+                self._retrier.after_failure(state.label, 0, 1, attempt, started + waited, failure)

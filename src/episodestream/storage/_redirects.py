@@ -52,8 +52,9 @@ class RedirectBook:
 
     Transitions: ``UNKNOWN -> PROBING`` (:meth:`may_reuse` lends the probe to one caller);
     ``PROBING -> REUSABLE | RANGE_BOUND`` (:meth:`report`); ``PROBING -> UNKNOWN``
-    (:meth:`release`: the probe ended without a verdict, e.g. a timeout). ``REUSABLE`` and
-    ``RANGE_BOUND`` are final for the life of the process.
+    (:meth:`release`: the probe ended without a verdict, e.g. a timeout); :meth:`learn` does
+    either from the status a reused target answered. ``REUSABLE`` and ``RANGE_BOUND`` are final
+    for the life of the process.
     """
 
     def __init__(self) -> None:
@@ -90,6 +91,18 @@ class RedirectBook:
                 return False
             self._modes[origin] = HostMode.RANGE_BOUND if refused else HostMode.REUSABLE
             return True
+
+    def learn(self, target: str, status: int) -> bool:
+        """How a host answered ``target`` reused for another range (the answer's status): 403
+        refuses it, 200 and 206 serve it, anything else ends a probe without a verdict.
+        ``True`` when this refusal taught that the host's targets are range-bound."""
+        if status == 403:
+            return self.report(target, refused=True)
+        if status in (200, 206):
+            self.report(target, refused=False)
+        else:
+            self.release(target)
+        return False
 
     def release(self, target: str) -> None:
         """A probe ended without a verdict: the next cached target may probe again."""

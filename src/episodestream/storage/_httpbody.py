@@ -1,0 +1,141 @@
+"""Reading the HTTP reader's response bodies: a range's bytes, a small whole body, a skip.
+
+Each function reads from a :class:`~episodestream.storage._transport.Response` the caller holds
+in a ``with`` (released when read to its end, else its connection closed) and turns a short or
+broken transfer into a :class:`~episodestream.storage._failures.Retry`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from episodestream.errors import InvalidResponse, StorageError, StorageTimeout
+from episodestream.storage._failures import Retry
+from episodestream.storage._httpmetrics import Metrics
+from episodestream.storage._httprules import describe_error
+from episodestream.storage._transport import Response
+
+__all__ = ["read_body", "read_small_body", "skip_body"]
+
+_READ_CHUNK_BYTES = 1024 * 1024
+# One body read call fills one bytes object straight from the socket; ranges up to this size
+# (episode spans, split parts) arrive with no copy at all.
+_BODY_CALL_BYTES = 16 * 1024 * 1024
+_SKIP_CHUNK_BYTES = 1024 * 1024
+# A body slower than this (after the first read timeout's worth of grace) fails the attempt,
+# so a trickling server cannot hold a read forever.
+_MIN_BODY_BYTES_PER_SECOND = 64 * 1024
+
+
+def read_body(
+    response: Response,
+    wanted: int,
+    where: str,
+    sent: float,
+    *,
+    read_seconds: float,
+    metrics: Metrics,
+) -> tuple[bytes, Retry | None]:
+    """Up to ``wanted`` body bytes; a short or broken body yields what came and a ``Retry``.
+
+    Reads go in calls of up to ``_BODY_CALL_BYTES``, each filling a fresh ``bytes`` straight
+    from the socket; every socket wait is bounded by the read timeout (``read_seconds``), and
+    the attempt as a whole by a minimum rate, so a trickling server cannot hold a read forever.
+    ``sent`` (``perf_counter`` when the request went) times the first byte.
+    """
+    pieces: list[bytes] = []
+    position = 0
+    deadline = time.monotonic() + max(read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND)
+    failure: Retry | None = None
+    body_started: float | None = None
+    try:
+        # Time to first byte: wait until the first body byte is buffered (not consumed).
+        response.peek()
+        body_started = time.perf_counter()
+        metrics.add("first_byte_seconds", body_started - sent)
+        while position < wanted:
+            chunk = response.read(min(_BODY_CALL_BYTES, wanted - position))
+            if not chunk:
+                failure = Retry(
+                    InvalidResponse(f"{where}: body ended after {position} of {wanted} bytes")
+                )
+                break
+            pieces.append(chunk)
+            position += len(chunk)
+            if position < wanted and time.monotonic() > deadline:
+                failure = Retry(StorageTimeout(f"{where}: body slower than the attempt deadline"))
+                break
+    except TimeoutError as error:
+        failure = Retry(
+            StorageTimeout(
+                f"{where}: no data for {read_seconds} s after {position} of {wanted} bytes"
+            )
+        )
+        failure.__cause__ = error
+    except (OSError, ValueError) as error:
+        # ValueError: peek/read on a socket file the server already closed.
+        failure = Retry(
+            StorageError(
+                f"{where}: body broken after {position} of {wanted} bytes: {describe_error(error)}"
+            )
+        )
+        failure.__cause__ = error
+    if body_started is not None:
+        metrics.add("body_seconds", time.perf_counter() - body_started)
+    metrics.add("bytes", position)
+    return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), failure
+
+
+def read_small_body(response: Response, limit: int, *, strict: bool = False) -> bytes | None:
+    """The whole body when it fits in ``limit`` bytes (the response's ``with`` then keeps
+    its connection).
+
+    A larger (declared or actual) body, or a broken one, is left unread (the ``with``
+    closes the connection) and gives ``None`` — or, with ``strict``, raises:
+    ``InvalidResponse`` for too large, ``Retry`` for a broken transfer.
+    """
+    where = "response body"
+    length = response.headers.get("Content-Length")
+    if length is not None and (not length.strip().isdigit() or int(length) > limit):
+        if strict:
+            raise InvalidResponse(f"{where}: body of {length} bytes exceeds {limit}")
+        return None
+    parts: list[bytes] = []
+    total = 0
+    try:
+        while True:
+            # Read to the end (declared length or chunked EOF) so the response is complete
+            # and its connection reusable; never more than ``limit`` + 1 bytes.
+            chunk = response.read(min(_READ_CHUNK_BYTES, limit + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                if strict:
+                    raise InvalidResponse(f"{where}: body larger than {limit} bytes")
+                return None
+    except (OSError, ValueError) as error:
+        if strict:
+            broken = StorageError(f"{where}: body broken: {describe_error(error)}")
+            raise Retry(broken) from error
+        return None
+    return b"".join(parts)
+
+
+def skip_body(response: Response, count: int, where: str, metrics: Metrics) -> int:
+    """Stream past (never buffer) up to ``count`` body bytes; how many there were.
+
+    A broken transfer raises ``Retry``; fewer than ``count`` means the body ended.
+    """
+    skipped = 0
+    try:
+        while skipped < count:
+            chunk = response.read(min(_SKIP_CHUNK_BYTES, count - skipped))
+            if not chunk:
+                break
+            skipped += len(chunk)
+            metrics.add("bytes", len(chunk))
+    except (OSError, ValueError) as error:
+        raise Retry(StorageError(f"{where}: {describe_error(error)}")) from error
+    return skipped
