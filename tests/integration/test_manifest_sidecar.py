@@ -15,15 +15,20 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from episodestream.errors import ManifestError, StaleSourceError
+from episodestream import EpisodeStreamDataset, StreamOptions
+from episodestream.errors import ConfigError, ManifestError, StaleSourceError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import (
     PUBLISHED_SIDECAR_PATH,
     SPAN_FIELDS,
     EpisodeManifest,
+    EpisodeSubset,
+    SidecarCoverageError,
+    UnknownEpisodesError,
     build_manifest,
     load_sidecar,
     open_manifest,
+    publish_sidecar,
     sidecar_bytes,
     sidecar_cache_path,
     sidecar_status,
@@ -319,3 +324,248 @@ def test_big_published_sidecar_is_judged_by_its_header(sim5_copy: Path, tmp_path
         assert reader.metrics()["bytes"] - before < 64 << 10  # footer only, never the file
         status = {s.where: s for s in sidecar_status(reader, meta, cache_dir=tmp_path)}
         assert status["published"].state == "stale"
+
+
+# --- sidecars of a subset of the episodes (index --episodes / --num-episodes) ---------------
+
+
+def _header(path: Path) -> dict[str, Any]:
+    schema = ipc.open_file(pa.py_buffer(path.read_bytes())).schema
+    return json.loads(schema.metadata[b"episodestream.sidecar"])
+
+
+def test_episode_subset_runs() -> None:
+    subset = EpisodeSubset.of([7, 0, 1, 2, 5, 1])
+    assert subset.runs == ((0, 3), (5, 6), (7, 8))
+    assert subset.count == 5 and subset.ids().tolist() == [0, 1, 2, 5, 7]
+    assert subset.missing([8, 2, 6, 0, 4]).tolist() == [4, 6, 8]
+    assert subset.describe() == "5 episodes (0..2, 5, 7)"
+    assert EpisodeSubset.of(range(1000)).runs == ((0, 1000),)  # the first N: one run
+    assert EpisodeSubset.of([2, 1]).key() == EpisodeSubset.of([1, 2]).key()
+    assert EpisodeSubset.of([1, 2]).key() != EpisodeSubset.of([1, 3]).key()
+    assert EpisodeSubset.from_json(subset.to_json()) == subset
+    with pytest.raises(ConfigError, match="at least one episode"):
+        EpisodeSubset.of([])
+    with pytest.raises(ManifestError, match="not ascending runs"):
+        EpisodeSubset(((3, 5), (4, 6)))
+
+
+def test_subset_sidecar_records_its_episodes(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        full = build_manifest(reader, meta, progress=False)
+        before = reader.metrics()["requests"]
+        subset = build_manifest(reader, meta, progress=False, episodes=[3, 1, 3])
+        subset_requests = reader.metrics()["requests"] - before
+        # a list of every episode is the whole dataset
+        every = build_manifest(reader, meta, progress=False, episodes=[4, 3, 2, 1, 0])
+    assert subset.identity.episodes == EpisodeSubset(((1, 2), (3, 4)))
+    assert subset.episode_index.tolist() == [1, 3] and not subset.episode_index.flags.writeable
+    assert subset.identity.dataset_mismatch(full.identity) is None
+    assert subset.identity != full.identity
+    for episode in (1, 3):
+        for camera in meta.video_keys:
+            assert subset.span(episode, camera) == full.span(episode, camera)
+    with pytest.raises(KeyError):
+        subset.row(0)
+    # only the files holding episodes 1 and 3 are read
+    assert subset.num_files == 6 < full.num_files == 9
+    assert full.build_stats is not None and subset_requests < full.build_stats.requests
+    assert every.identity == full.identity
+
+    path = write_sidecar(subset, tmp_path / "subset.arrow")
+    loaded = load_sidecar(path)
+    assert_same(subset, loaded)
+    assert_same(loaded, pickle.loads(pickle.dumps(loaded)))
+    assert _header(path)["version"] == 2
+    assert _header(path)["identity"]["episodes"] == [[1, 2], [3, 4]]
+    # a sidecar of every episode keeps format version 1 and no episodes field
+    whole = write_sidecar(full, tmp_path / "whole.arrow")
+    assert _header(whole)["version"] == 1 and "episodes" not in _header(whole)["identity"]
+    assert load_sidecar(whole).identity.episodes is None
+
+
+def test_sidecar_whose_episode_column_contradicts_its_header_is_refused(
+    lerobot_fixture_root: Path, tmp_path: Path
+) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        subset = build_manifest(reader, load_dataset_meta(reader), progress=False, episodes=[1, 3])
+    path = write_sidecar(subset, tmp_path / "subset.arrow")
+    table = ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    header = json.loads(table.schema.metadata[b"episodestream.sidecar"])
+    header["identity"]["episodes"] = [[1, 3]]  # episodes 1 and 2; the column holds 1 and 3
+    edited = table.replace_schema_metadata({b"episodestream.sidecar": json.dumps(header).encode()})
+    with ipc.new_file(str(path), edited.schema) as writer:
+        writer.write_table(edited)
+    with pytest.raises(ManifestError, match="not the subset its header records"):
+        load_sidecar(path)
+
+
+def test_subset_cache_paths_do_not_collide(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+    whole = sidecar_cache_path(meta, tmp_path)
+    first_two = sidecar_cache_path(meta, tmp_path, episodes=[1, 0])
+    assert first_two.parent == whole.parent and first_two != whole
+    assert first_two.name.startswith("index.episodes-2-")
+    assert first_two == sidecar_cache_path(meta, tmp_path, episodes=EpisodeSubset.of([0, 1]))
+    assert first_two != sidecar_cache_path(meta, tmp_path, episodes=[0, 2])
+    assert sidecar_cache_path(meta, tmp_path, episodes=range(5)) == whole
+    with pytest.raises(UnknownEpisodesError, match="unknown episode"):
+        sidecar_cache_path(meta, tmp_path, episodes=[5])
+
+
+def test_unknown_episodes_are_named(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        with pytest.raises(UnknownEpisodesError) as raised:
+            build_manifest(reader, meta, progress=False, episodes=[1, 99, 7, 7])
+        assert raised.value.episodes == (7, 99)
+        assert "unknown episode(s) 7, 99" in str(raised.value)
+        assert "0..4, 5 in all" in str(raised.value)
+        assert isinstance(raised.value, ManifestError) and isinstance(raised.value, ConfigError)
+        copy = pickle.loads(pickle.dumps(raised.value))
+        assert copy.episodes == (7, 99) and str(copy) == str(raised.value)
+        with pytest.raises(UnknownEpisodesError, match="unknown episode"):
+            open_manifest(reader, meta, cache_dir=tmp_path, episodes=[-1])
+        assert not tmp_path.joinpath("sidecars").exists()  # refused before anything is built
+
+
+def test_subset_sidecar_serves_its_subset_and_smaller(sim5_copy: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        subset = build_manifest(reader, meta, progress=False, episodes=[1, 2, 3])
+        path = write_sidecar(subset, sidecar_cache_path(meta, cache, episodes=[1, 2, 3]))
+        before = reader.metrics()["requests"]
+        same = open_manifest(reader, meta, cache_dir=cache, episodes=[3, 1, 2])
+        smaller = open_manifest(reader, meta, cache_dir=cache, episodes=[2], build=False)
+        assert reader.metrics()["requests"] == before  # nothing built, nothing read
+        for manifest in (same, smaller):
+            assert manifest.origin == "cache" and manifest.sidecar_path == path
+            assert_same(subset, manifest)
+        # a larger subset is not served by it: with building disabled nothing is usable
+        with pytest.raises(ManifestError, match="cache: absent"):
+            open_manifest(reader, meta, cache_dir=cache, episodes=[0, 1], build=False)
+        statuses = [s for s in sidecar_status(reader, meta, cache_dir=cache) if s.where == "cache"]
+        assert [(s.location, s.state) for s in statuses] == [
+            (str(sidecar_cache_path(meta, cache)), "absent"),
+            (str(path), "partial"),
+        ]
+        assert "indexes only 3 episodes (1..3) of the dataset's 5" in statuses[1].reason
+
+
+def test_whole_sidecar_serves_any_subset(sim5_copy: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        whole = open_manifest(reader, meta, cache_dir=cache, progress=False)
+        assert whole.origin == "built" and whole.identity.episodes is None
+        before = reader.metrics()["requests"]
+        for episodes in ([4], [0, 2, 3]):
+            manifest = open_manifest(reader, meta, cache_dir=cache, episodes=episodes, build=False)
+            assert manifest.origin == "cache" and manifest.sidecar_path == whole.sidecar_path
+        explicit = open_manifest(
+            reader, meta, sidecar=whole.sidecar_path, episodes=[1], build=False
+        )
+        assert explicit.origin == "explicit"
+        assert reader.metrics()["requests"] == before
+        # a sidecar of a subset beside it is not needed, and a whole one is preferred
+        write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[4]),
+            sidecar_cache_path(meta, cache, episodes=[4]),
+        )
+        assert open_manifest(reader, meta, cache_dir=cache, episodes=[4]).sidecar_path == (
+            whole.sidecar_path
+        )
+
+
+def test_subset_sidecar_is_never_taken_for_the_whole_dataset(
+    sim5_copy: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        subset_path = write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[0, 1]),
+            sidecar_cache_path(meta, cache, episodes=[0, 1]),
+        )
+        kept = subset_path.read_bytes()
+        with pytest.raises(ManifestError, match="cache: absent"):
+            open_manifest(reader, meta, cache_dir=cache, build=False)
+        whole = open_manifest(reader, meta, cache_dir=cache, progress=False)
+        assert whole.origin == "built" and whole.identity.episodes is None
+        assert whole.num_episodes == 5 and whole.sidecar_path == sidecar_cache_path(meta, cache)
+        assert subset_path.read_bytes() == kept  # built beside it, not over it
+
+        # a subset sidecar where the whole one belongs (written there by hand) is refused
+        write_sidecar(load_sidecar(subset_path), whole.sidecar_path)
+        with pytest.raises(ManifestError, match=r"cache: .*indexes only 2 episodes \(0\.\.1\)"):
+            open_manifest(reader, meta, cache_dir=cache, build=False)
+
+
+def test_explicit_subset_sidecar_lacking_episodes_is_a_typed_error(
+    sim5_copy: Path, tmp_path: Path
+) -> None:
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        path = write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[1, 3]), tmp_path / "mine.arrow"
+        )
+        kept = path.read_bytes()
+        for episodes, missing in ((None, (0, 2, 4)), ([0, 1], (0,))):
+            with pytest.raises(SidecarCoverageError) as raised:
+                open_manifest(reader, meta, sidecar=path, episodes=episodes, progress=False)
+            assert raised.value.path == str(path) and raised.value.missing == missing
+            assert str(path) in str(raised.value)
+            assert f"lacks episode(s) {', '.join(map(str, missing))}" in str(raised.value)
+        assert path.read_bytes() == kept  # not rebuilt over
+        served = open_manifest(reader, meta, sidecar=path, episodes=[3], build=False)
+        assert served.origin == "explicit" and served.episode_index.tolist() == [1, 3]
+        statuses = {s.where: s for s in sidecar_status(reader, meta, sidecar=path)}
+        assert statuses["explicit"].state == "partial"
+
+
+def test_published_subset_sidecar_is_not_used(sim5_copy: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[0]),
+            sim5_copy / PUBLISHED_SIDECAR_PATH,
+        )
+        with pytest.raises(ManifestError, match=r"published: .*indexes only 1 episode \(0\)"):
+            open_manifest(reader, meta, cache_dir=tmp_path / "cache", build=False)
+        with pytest.raises(ManifestError, match=r"published: .*indexes only 1 episode \(0\)"):
+            open_manifest(reader, meta, use_cache=False, build=False)
+        built = open_manifest(reader, meta, cache_dir=tmp_path / "cache", progress=False)
+        assert built.origin == "built" and built.num_episodes == 5
+
+
+def test_publishing_a_subset_sidecar_is_refused(sim5_copy: Path, tmp_path: Path) -> None:
+    with LocalRangeReader(sim5_copy) as reader:
+        meta = load_dataset_meta(reader)
+        path = write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[0, 1]), tmp_path / "s.arrow"
+        )
+        with pytest.raises(ManifestError, match="a published sidecar is the dataset's whole index"):
+            publish_sidecar(path, reader, meta, str(sim5_copy))
+    assert not (sim5_copy / PUBLISHED_SIDECAR_PATH).exists()
+
+
+def test_dataset_opened_on_a_subset_uses_its_cached_sidecar(
+    lerobot_fixture_root: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        path = write_sidecar(
+            build_manifest(reader, meta, progress=False, episodes=[1, 2]),
+            sidecar_cache_path(meta, cache, episodes=[1, 2]),
+        )
+    options = StreamOptions(decoder="pyav", cache_dir=cache, build_index=False)
+    with EpisodeStreamDataset(lerobot_fixture_root, episodes=[2], options=options) as dataset:
+        assert dataset.dataset.manifest.sidecar_path == path
+        assert len(dataset) == int(meta.episodes.length[2])
+    # the whole dataset does not take it: nothing usable, building disabled
+    with pytest.raises(ManifestError, match="cache: absent"):
+        EpisodeStreamDataset(lerobot_fixture_root, options=options)

@@ -8,14 +8,17 @@ import sys
 import time
 from pathlib import Path
 
-from episodestream.cli._types import int_at_least
+from episodestream.cli._types import int_at_least, int_list
+from episodestream.errors import ConfigError
 from episodestream.lerobot import DatasetMeta, open_dataset_files
 from episodestream.manifest import (
     DEFAULT_BUILD_WORKERS,
     DEFAULT_PUBLISH_MESSAGE,
     PUBLISHED_SIDECAR_PATH,
     EpisodeManifest,
+    EpisodeSubset,
     build_manifest,
+    episode_subset,
     publish_sidecar,
     sidecar_cache_path,
     write_sidecar,
@@ -49,7 +52,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "to the local cache (where training finds it); --publish also writes it to "
             f"ROOT/{PUBLISHED_SIDECAR_PATH}, where every other user's first run finds it "
             "(a commit on a Hub repo's branch, or a pull request with --publish-pr; a bucket, "
-            "S3 or a local root). With --data-root it goes under ROOT, beside meta/."
+            "S3 or a local root). With --data-root it goes under ROOT, beside meta/. "
+            "--episodes/--num-episodes index only a subset: that sidecar records it, is cached "
+            "beside the whole dataset's (neither replaces the other), and serves datasets "
+            "opened on those episodes or fewer, never the whole dataset."
         ),
     )
     parser.add_argument("root", help="dataset root: a local path, http(s)://, hf:// or s3:// URL")
@@ -67,6 +73,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_root_argument(parser)
+    subset = parser.add_mutually_exclusive_group()
+    subset.add_argument(
+        "--episodes",
+        type=int_list("episodes", 0),
+        default=None,
+        help="index only these episodes (comma-separated ids)",
+    )
+    subset.add_argument(
+        "--num-episodes",
+        type=int_at_least(1),
+        default=None,
+        help="index only the dataset's first N episodes",
+    )
     publishing = parser.add_argument_group("publishing")
     publishing.add_argument(
         "--publish",
@@ -89,18 +108,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
+def _subset(args: argparse.Namespace, meta: DatasetMeta) -> EpisodeSubset | None:
+    """The episodes ``--episodes`` / ``--num-episodes`` select (None: all of them)."""
+    if args.num_episodes is not None:
+        return episode_subset(meta, meta.episodes.episode_index[: args.num_episodes])
+    return episode_subset(meta, args.episodes)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.publish or args.publish_pr:  # refused now rather than after the build
+    publish = args.publish or args.publish_pr
+    if publish and (args.episodes is not None or args.num_episodes is not None):
+        raise ConfigError(
+            "--publish with --episodes/--num-episodes: a published sidecar is the dataset's "
+            "whole index (every user's first run takes it); index every episode to publish"
+        )
+    if publish:  # refused now rather than after the build
         check_publishable(args.root, create_pr=args.publish_pr)
     reader, meta = open_dataset(args.root, args.data_root)
     with reader:
+        subset = _subset(args, meta)
         started = time.monotonic()
-        manifest = build_manifest(reader, meta, workers=args.workers, progress=not args.no_progress)
-        output = args.output or sidecar_cache_path(meta, args.cache_dir)
+        manifest = build_manifest(
+            reader, meta, workers=args.workers, progress=not args.no_progress, episodes=subset
+        )
+        output = args.output or sidecar_cache_path(meta, args.cache_dir, episodes=subset)
         write_sidecar(manifest, output)
         seconds = time.monotonic() - started
         _report_build(manifest, seconds)
-        if args.publish or args.publish_pr:
+        if publish:
             if args.no_progress:
                 _quiet_hub_progress()
             published = publish_sidecar(
@@ -134,9 +169,11 @@ def _quiet_hub_progress() -> None:
 def _report_build(manifest: EpisodeManifest, seconds: float) -> None:
     stats = manifest.build_stats
     requests = f", {stats.requests} requests, {stats.bytes_read} bytes read" if stats else ""
+    subset = manifest.identity.episodes
+    of_total = f" of {manifest.identity.total_episodes}" if subset is not None else ""
     print(
-        f"indexed {manifest.num_files} video files, {manifest.num_episodes} episodes x "
-        f"{len(manifest.cameras)} cameras, {manifest.num_samples} samples in {seconds:.2f} s"
+        f"indexed {manifest.num_files} video files, {manifest.num_episodes}{of_total} episodes "
+        f"x {len(manifest.cameras)} cameras, {manifest.num_samples} samples in {seconds:.2f} s"
         f"{requests}",
         file=sys.stderr,
     )

@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["int_at_least", "non_negative_float", "port", "positive_float"]
+__all__ = ["int_at_least", "int_list", "non_negative_float", "port", "positive_float"]
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
@@ -21,6 +21,32 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
         return value
+
+    return parse
+
+
+def int_list(name: str, minimum: int) -> Callable[[str], tuple[int, ...]]:
+    """Comma-separated integers, each ``>= minimum``, at least one (``name`` says what they
+    are in messages): ``"0,3,7"`` -> ``(0, 3, 7)``; empty items are skipped."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        values = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                value = int(part)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{name} are comma-separated integers, got {text!r}"
+                ) from None
+            if value < minimum:
+                raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+            values.append(value)
+        if not values:
+            raise argparse.ArgumentTypeError(f"{name}: give at least one, got {text!r}")
+        return tuple(values)
 
     return parse
 

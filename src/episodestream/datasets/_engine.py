@@ -124,6 +124,8 @@ def open_dataset(
                 build=options.build_index,
                 progress=options.progress,
                 published_reader=published,
+                # a cached sidecar of a subset holding these episodes will do
+                episodes=None if episodes is None else ids,
             )
         finally:
             if published is not None:

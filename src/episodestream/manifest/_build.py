@@ -6,6 +6,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from episodestream.manifest._manifest import (
     BuildStats,
     DatasetIdentity,
     EpisodeManifest,
+    EpisodeSubset,
     SpanArrays,
 )
 from episodestream.mp4 import TrackIndex, locate_moov, parse_moov, plan_span
@@ -155,15 +157,24 @@ def _index_file(
     return info, track, plans
 
 
-def _file_jobs(meta: DatasetMeta) -> tuple[list[_FileJob], np.ndarray]:
-    """Distinct source files with their episodes, and each episode's file id per camera."""
+def _file_jobs(
+    meta: DatasetMeta, selected: np.ndarray | slice
+) -> tuple[list[_FileJob], np.ndarray]:
+    """Distinct source files with the ``selected`` episodes (table rows) they hold, and
+    each selected episode's file id per camera; a job's ``rows`` index the selection."""
     table = meta.episodes
+    episode_index = table.episode_index[selected]
+    length = table.length[selected]
     jobs: list[_FileJob] = []
-    file_ids = np.empty((len(table), len(meta.video_keys)), dtype=np.int32)
+    file_ids = np.empty((len(episode_index), len(meta.video_keys)), dtype=np.int32)
     half_frame = _SPAN_END_FRAMES / meta.fps
     for c, key in enumerate(meta.video_keys):
         columns = table.video(key)
-        pairs = np.stack([columns.chunk_index, columns.file_index], axis=1)
+        chunk_index = columns.chunk_index[selected]
+        file_index = columns.file_index[selected]
+        from_timestamp = columns.from_timestamp[selected]
+        to_timestamp = columns.to_timestamp[selected]
+        pairs = np.stack([chunk_index, file_index], axis=1)
         unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         file_ids[:, c] = len(jobs) + inverse
@@ -176,10 +187,10 @@ def _file_jobs(meta: DatasetMeta) -> tuple[list[_FileJob], np.ndarray]:
                     camera=key,
                     column=c,
                     rows=rows,
-                    episodes=table.episode_index[rows],
-                    lengths=table.length[rows],
-                    t0=columns.from_timestamp[rows],
-                    t1=columns.to_timestamp[rows] - half_frame,
+                    episodes=episode_index[rows],
+                    lengths=length[rows],
+                    t0=from_timestamp[rows],
+                    t1=to_timestamp[rows] - half_frame,
                 )
             )
     return jobs, file_ids
@@ -247,8 +258,13 @@ def build_manifest(
     workers: int = DEFAULT_BUILD_WORKERS,
     progress: bool = True,
     timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+    episodes: Sequence[int] | np.ndarray | EpisodeSubset | None = None,
 ) -> EpisodeManifest:
     """Index every source MP4 (one ``moov`` read each) and plan every episode's span.
+
+    With ``episodes``, only those episodes are planned and only the files holding them are
+    read; the manifest's identity records the subset (a list of every episode is the
+    whole dataset).
 
     Each file costs one size/validator look-up and usually one ranged read (the first
     probe is sized from the frames the file holds so a faststart ``moov`` fits); files with
@@ -260,27 +276,32 @@ def build_manifest(
         workers: files indexed concurrently (bounded thread pool).
         progress: show a tqdm bar (only when stderr is a terminal).
         timeout_s: bound on the whole build.
+        episodes: index only these episodes (any order); None: all of them.
 
     Raises:
+        UnknownEpisodesError: ``episodes`` names episodes the dataset lacks.
         ManifestError: a missing or unparsable video file, or an episode whose span does
             not present exactly ``length`` frames (names the episode and camera).
         StorageError: the store failed.
     """
     started = time.monotonic()
-    jobs, file_ids = _file_jobs(meta)
+    identity = DatasetIdentity.of(meta, episodes)
+    table = meta.episodes
+    subset = identity.episodes
+    selected: np.ndarray | slice = slice(None) if subset is None else table.rows(subset.ids())
+    jobs, file_ids = _file_jobs(meta, selected)
     before = reader.metrics()
     results = _index_files(reader, jobs, workers=workers, progress=progress, timeout_s=timeout_s)
     for job, (_, track, _) in zip(jobs, results, strict=True):
         _check_codec(meta, job.camera, job.path, track)
 
-    table = meta.episodes
     shape = file_ids.shape
     arrays = {name: np.zeros(shape, dtype=dtype) for name, dtype in SPAN_FIELDS.items()}
     arrays["file_id"] = file_ids
     for c, camera in enumerate(meta.video_keys):
         columns = table.video(camera)
-        arrays["from_timestamp_s"][:, c] = columns.from_timestamp
-        arrays["to_timestamp_s"][:, c] = columns.to_timestamp
+        arrays["from_timestamp_s"][:, c] = columns.from_timestamp[selected]
+        arrays["to_timestamp_s"][:, c] = columns.to_timestamp[selected]
     for job, (_, _, plans) in zip(jobs, results, strict=True):
         for name, values in plans.items():
             arrays[name][job.rows, job.column] = values
@@ -301,16 +322,19 @@ def build_manifest(
     logger.debug(
         "indexed %d video files (%d episodes x %d cameras) in %.2f s: %d requests, %d bytes",
         stats.files,
-        len(table),
+        file_ids.shape[0],
         len(meta.video_keys),
         stats.seconds,
         stats.requests,
         stats.bytes_read,
     )
+    episode_index = table.episode_index[selected]
+    if subset is not None:
+        episode_index.flags.writeable = False
     manifest = EpisodeManifest(
-        identity=DatasetIdentity.of(meta),
+        identity=identity,
         cameras=meta.video_keys,
-        episode_index=table.episode_index,
+        episode_index=episode_index,
         spans=SpanArrays(**arrays),
         files=files,
         samples=samples,

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from episodestream.errors import ManifestError, StaleSourceError
+from episodestream.errors import ConfigError, ManifestError, StaleSourceError
 from episodestream.lerobot import DatasetMeta
 from episodestream.mp4 import SpanPlan, TrackIndex
 from episodestream.storage import FileInfo
@@ -27,9 +28,166 @@ __all__ = [
     "DatasetIdentity",
     "EpisodeManifest",
     "EpisodeSpan",
+    "EpisodeSubset",
+    "SidecarCoverageError",
     "SourceFile",
     "SpanArrays",
+    "UnknownEpisodesError",
+    "episode_subset",
 ]
+
+# episode ids a message names before it says "and N more"
+_NAMED_EPISODES = 10
+
+
+def _name_episodes(ids: np.ndarray) -> str:
+    named = ", ".join(str(int(e)) for e in ids[:_NAMED_EPISODES])
+    more = ids.size - _NAMED_EPISODES
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+class UnknownEpisodesError(ManifestError, ConfigError):
+    """Episode indices the dataset does not have; ``episodes`` holds them (ascending)."""
+
+    def __init__(self, episodes: np.ndarray, available: np.ndarray) -> None:
+        self.episodes = tuple(int(e) for e in np.unique(episodes))
+        span = (
+            f"{int(available.min())}..{int(available.max())}, {available.size} in all"
+            if available.size
+            else "none"
+        )
+        super().__init__(
+            f"unknown episode(s) {_name_episodes(np.asarray(self.episodes))}: the dataset has "
+            f"episodes {span}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unknown_episodes, (self.episodes, str(self)))
+
+
+def _unknown_episodes(episodes: tuple[int, ...], message: str) -> UnknownEpisodesError:
+    error = UnknownEpisodesError.__new__(UnknownEpisodesError)
+    Exception.__init__(error, message)
+    error.episodes = episodes
+    return error
+
+
+class SidecarCoverageError(ManifestError):
+    """A sidecar of the right dataset that lacks episodes it was asked for (it was built for
+    a subset: ``episodestream index --episodes/--num-episodes``). ``path`` is the sidecar,
+    ``missing`` the episodes it lacks (ascending)."""
+
+    def __init__(self, path: str, missing: Sequence[int], indexed: str) -> None:
+        self.path = path
+        self.missing = tuple(int(e) for e in missing)
+        super().__init__(
+            f"{path}: the sidecar indexes only {indexed}; it lacks episode(s) "
+            f"{_name_episodes(np.asarray(self.missing))} ({len(self.missing)} in all): "
+            "pass a sidecar of every episode you select, or none (one is then found or built)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_coverage_error, (self.path, self.missing, str(self)))
+
+
+def _coverage_error(path: str, missing: tuple[int, ...], message: str) -> SidecarCoverageError:
+    error = SidecarCoverageError.__new__(SidecarCoverageError)
+    Exception.__init__(error, message)
+    error.path, error.missing = path, missing
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSubset:
+    """The episodes a manifest indexes when it does not index them all.
+
+    Stored as ascending, disjoint half-open runs ``[start, stop)`` of episode indices, so
+    "the first N episodes" is one pair whatever N (a sidecar's header holds it as JSON).
+    """
+
+    runs: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        previous = None
+        for start, stop in self.runs:
+            if start >= stop or start < 0 or (previous is not None and start <= previous):
+                raise ManifestError(f"episode runs {list(self.runs)} are not ascending runs")
+            previous = stop
+
+    @classmethod
+    def of(cls, episodes: Sequence[int] | np.ndarray) -> EpisodeSubset:
+        """The subset holding ``episodes`` (any order; repeats are ignored)."""
+        ids = np.unique(np.asarray(episodes, dtype=np.int64))
+        if ids.size == 0:
+            raise ConfigError("an episode subset needs at least one episode")
+        breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+        starts = ids[np.concatenate([[0], breaks])]
+        stops = ids[np.concatenate([breaks - 1, [ids.size - 1]])] + 1
+        return cls(tuple(zip(starts.tolist(), stops.tolist(), strict=True)))
+
+    @property
+    def count(self) -> int:
+        return sum(stop - start for start, stop in self.runs)
+
+    def ids(self) -> np.ndarray:
+        """The episode indices, ascending."""
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.runs])
+
+    def missing(self, episodes: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Those of ``episodes`` the subset lacks (ascending, without repeats)."""
+        wanted = np.unique(np.asarray(episodes, dtype=np.int64))
+        starts = np.array([a for a, _ in self.runs], dtype=np.int64)
+        stops = np.array([b for _, b in self.runs], dtype=np.int64)
+        run = np.searchsorted(starts, wanted, side="right") - 1
+        inside = (run >= 0) & (wanted < stops[np.maximum(run, 0)])
+        return wanted[~inside]
+
+    def describe(self) -> str:
+        """``"3 episodes (0..1, 4)"``, the runs cut short when there are many."""
+        parts = [str(a) if b == a + 1 else f"{a}..{b - 1}" for a, b in self.runs[:5]]
+        if len(self.runs) > 5:
+            parts.append("...")
+        count = self.count
+        return f"{count} episode{'s' if count != 1 else ''} ({', '.join(parts)})"
+
+    def key(self) -> str:
+        """A short digest of the subset (names its file in the sidecar cache)."""
+        return hashlib.sha256(json.dumps(self.to_json()).encode()).hexdigest()[:16]
+
+    def to_json(self) -> list[list[int]]:
+        return [[a, b] for a, b in self.runs]
+
+    @classmethod
+    def from_json(cls, data: Any) -> EpisodeSubset:
+        try:
+            return cls(tuple((int(a), int(b)) for a, b in data))
+        except (TypeError, ValueError) as error:
+            raise ManifestError(f"sidecar episode runs are malformed: {error!r}") from error
+
+
+def episode_subset(
+    meta: DatasetMeta, episodes: Sequence[int] | np.ndarray | EpisodeSubset | None
+) -> EpisodeSubset | None:
+    """``episodes`` of ``meta``'s dataset as a subset; None for every episode (``None``
+    given, or a list naming them all).
+
+    Raises:
+        UnknownEpisodesError: episodes the dataset does not have (named).
+        ConfigError: an empty list.
+    """
+    if episodes is None:
+        return None
+    available = np.asarray(meta.episodes.episode_index, dtype=np.int64)
+    wanted = (
+        episodes.ids()
+        if isinstance(episodes, EpisodeSubset)
+        else np.asarray(episodes, dtype=np.int64).reshape(-1)
+    )
+    unknown = np.setdiff1d(wanted, available)
+    if unknown.size:
+        raise UnknownEpisodesError(unknown, available)
+    subset = episodes if isinstance(episodes, EpisodeSubset) else EpisodeSubset.of(wanted)
+    return None if subset.count == available.size else subset
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +195,8 @@ class DatasetIdentity:
     """What a manifest was built from; a sidecar is used only for the same identity.
 
     ``root`` is informational (a mirror serves the same dataset under another root);
-    everything else must match.
+    everything else must match. ``episodes`` is the subset a manifest indexes (None: every
+    episode); a manifest serves any subset of it (see :meth:`mismatch`).
     """
 
     root: str
@@ -48,9 +207,19 @@ class DatasetIdentity:
     cameras: tuple[str, ...]
     info_sha256: str
     episodes_sha256: str
+    episodes: EpisodeSubset | None = None
 
     @classmethod
-    def of(cls, meta: DatasetMeta) -> DatasetIdentity:
+    def of(
+        cls,
+        meta: DatasetMeta,
+        episodes: Sequence[int] | np.ndarray | EpisodeSubset | None = None,
+    ) -> DatasetIdentity:
+        """The identity of ``meta``'s dataset, or of the ``episodes`` subset of it.
+
+        Raises:
+            UnknownEpisodesError: ``episodes`` names episodes the dataset lacks.
+        """
         return cls(
             root=meta.root,
             revision=meta.revision,
@@ -60,10 +229,20 @@ class DatasetIdentity:
             cameras=meta.video_keys,
             info_sha256=meta.info_sha256,
             episodes_sha256=episodes_digest(meta),
+            episodes=episode_subset(meta, episodes),
         )
 
     def mismatch(self, current: DatasetIdentity) -> str | None:
-        """Why a manifest with this identity does not describe ``current``; None if it does."""
+        """Why a manifest with this identity does not describe ``current``; None if it does.
+
+        A manifest of every episode serves any subset; one of a subset serves that subset
+        or a smaller one, never the whole dataset.
+        """
+        return self.dataset_mismatch(current) or self.coverage_gap(current.episodes)
+
+    def dataset_mismatch(self, current: DatasetIdentity) -> str | None:
+        """Why a manifest with this identity is not of ``current``'s dataset (whatever
+        episodes either covers); None if it is."""
         if (
             self.revision is not None
             and current.revision is not None
@@ -80,9 +259,30 @@ class DatasetIdentity:
             return "the meta/episodes table changed since the sidecar was built"
         return None
 
+    def coverage_gap(self, episodes: EpisodeSubset | None) -> str | None:
+        """Why a manifest with this identity cannot serve ``episodes`` (None: every
+        episode of the dataset); None when it can."""
+        if self.episodes is None:
+            return None
+        if episodes is None:
+            return (
+                f"the sidecar indexes only {self.episodes.describe()} of the dataset's "
+                f"{self.total_episodes} (built with --episodes/--num-episodes)"
+            )
+        missing = self.episodes.missing(episodes.ids())
+        if missing.size:
+            return (
+                f"the sidecar indexes only {self.episodes.describe()}; it lacks episode(s) "
+                f"{_name_episodes(missing)}"
+            )
+        return None
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["cameras"] = list(self.cameras)
+        del data["episodes"]
+        if self.episodes is not None:  # absent: every episode (sidecar format version 1)
+            data["episodes"] = self.episodes.to_json()
         return data
 
     @classmethod
@@ -97,6 +297,11 @@ class DatasetIdentity:
                 cameras=tuple(str(c) for c in data["cameras"]),
                 info_sha256=str(data["info_sha256"]),
                 episodes_sha256=str(data["episodes_sha256"]),
+                episodes=(
+                    None
+                    if data.get("episodes") is None
+                    else EpisodeSubset.from_json(data["episodes"])
+                ),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ManifestError(f"sidecar identity is malformed: {error!r}") from error

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import filelock
+import numpy as np
 import pyarrow as pa
 
 from episodestream.errors import InvalidResponse, ManifestError, NotFound, StorageError
 from episodestream.lerobot import DatasetMeta, open_arrow_file
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
-from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
+from episodestream.manifest._manifest import (
+    DatasetIdentity,
+    EpisodeManifest,
+    EpisodeSubset,
+    SidecarCoverageError,
+    episode_subset,
+)
 from episodestream.manifest._sidecar import load_sidecar, read_sidecar_header, write_sidecar
 from episodestream.storage import RangeReader
 
@@ -40,6 +49,10 @@ logger = logging.getLogger(__name__)
 CACHE_ENV = "EPISODESTREAM_CACHE"
 PUBLISHED_SIDECAR_PATH = "meta/episodestream/index.arrow"
 SIDECAR_FILENAME = "index.arrow"
+# a sidecar of a subset of the episodes sits beside the dataset's whole one, named by the
+# subset: index.episodes-<count>-<digest>.arrow (one never replaces the other)
+_SUBSET_PREFIX = "index.episodes-"
+_SUBSET_SUFFIX = ".arrow"
 # N ranks wait for the one that builds; a build of a huge dataset over a WAN takes a while
 DEFAULT_LOCK_TIMEOUT_S = 3600.0
 _DOWNLOAD_PIECE_BYTES = 64 << 20
@@ -57,12 +70,42 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "episodestream"
 
 
-def sidecar_cache_path(meta: DatasetMeta, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where the local cache keeps this dataset's sidecar: keyed by root and revision."""
+def sidecar_cache_path(
+    meta: DatasetMeta,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    episodes: Sequence[int] | np.ndarray | EpisodeSubset | None = None,
+) -> Path:
+    """Where the local cache keeps this dataset's sidecar: keyed by root and revision.
+
+    With ``episodes`` (a subset), the sidecar of that subset: a file of its own beside the
+    whole dataset's, named by the subset, so neither overwrites the other (a list of every
+    episode is the whole dataset's).
+
+    Raises:
+        UnknownEpisodesError: ``episodes`` names episodes the dataset lacks.
+    """
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = hashlib.sha256(f"{meta.root}\0{meta.revision or ''}".encode()).hexdigest()[:20]
     name = _SLUG.sub("_", meta.root.rstrip("/").rsplit("/", 1)[-1])[-40:] or "dataset"
-    return base / "sidecars" / f"{name}-{key}" / SIDECAR_FILENAME
+    folder = base / "sidecars" / f"{name}-{key}"
+    subset = episode_subset(meta, episodes)
+    if subset is None:
+        return folder / SIDECAR_FILENAME
+    return folder / f"{_SUBSET_PREFIX}{subset.count}-{subset.key()}{_SUBSET_SUFFIX}"
+
+
+def _subset_sidecars(whole: Path, subset: EpisodeSubset | None) -> list[Path]:
+    """The subset sidecars cached beside ``whole`` (the dataset's whole one): ``subset``'s
+    own first, then the others by name (one of a larger subset serves too)."""
+    try:
+        found = sorted(whole.parent.glob(f"{_SUBSET_PREFIX}*{_SUBSET_SUFFIX}"))
+    except OSError:
+        return []
+    if subset is not None:
+        own = f"{_SUBSET_PREFIX}{subset.count}-{subset.key()}{_SUBSET_SUFFIX}"
+        found.sort(key=lambda path: path.name != own)
+    return found
 
 
 def verify_sources(
@@ -101,14 +144,33 @@ def _try_load(
     reader: RangeReader,
     verify: bool,
     workers: int,
+    *,
+    needed: np.ndarray | None = None,
 ) -> tuple[EpisodeManifest | None, str]:
-    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not)."""
+    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not).
+
+    Raises:
+        SidecarCoverageError: with ``needed`` (the episodes ``expected`` covers), a sidecar
+            of this dataset built for a subset lacking some of them (an explicit sidecar is
+            the user's: it is neither skipped nor rebuilt over).
+    """
     if not path.is_file():
         return None, "absent"
     try:
-        manifest = load_sidecar(path, expect=expected, origin=origin)
+        manifest = load_sidecar(path, origin=origin)
     except ManifestError as error:
         return None, str(error)
+    identity = manifest.identity
+    reason = identity.mismatch(expected)
+    if reason is not None:
+        subset = identity.episodes
+        if (
+            needed is not None
+            and subset is not None
+            and identity.dataset_mismatch(expected) is None
+        ):
+            raise SidecarCoverageError(str(path), subset.missing(needed), subset.describe())
+        return None, f"{path}: sidecar does not match the dataset: {reason}"
     if verify:
         reason = verify_sources(reader, manifest, root=expected.root, workers=workers)
         if reason is not None:
@@ -202,12 +264,14 @@ def open_manifest(
     progress: bool = True,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     published_reader: RangeReader | None = None,
+    episodes: Sequence[int] | np.ndarray | EpisodeSubset | None = None,
 ) -> EpisodeManifest:
     """The manifest of ``meta``'s dataset, from the first usable source in this order:
 
     1. ``sidecar``, an explicit local path (built and written there when absent or stale
        and ``build`` is true);
-    2. the local cache, ``sidecar_cache_path(meta, cache_dir)``;
+    2. the local cache, ``sidecar_cache_path(meta, cache_dir)``; with ``episodes``, else a
+       cached sidecar of a subset holding them (``episodestream index --episodes``);
     3. a copy published under the dataset root (the metadata root with split roots),
        ``meta/episodestream/index.arrow`` (``episodestream index --publish`` writes it):
        up to 8 MiB fetched whole in one request, a bigger one checked by its header first;
@@ -217,8 +281,10 @@ def open_manifest(
     Steps 2-4 run under a file lock beside the cache entry, so N processes on a host
     build (or download) it once; files are renamed into place whole, so readers never see
     half a file. A sidecar for another dataset (revision, info.json, episodes table,
-    totals, cameras) is never used; with ``verify`` every source file's size and
-    ETag/Last-Modified is also compared (one look-up per file) — otherwise the cache
+    totals, cameras), or one of a subset lacking episodes asked for, is never used (an
+    explicit one of a subset raises rather than being rebuilt over); with ``verify``
+    every source file's size and ETag/Last-Modified is also compared (one look-up per
+    file) — otherwise the cache
     layer checks each file when it fetches from it (``manifest.check_source``).
 
     Args:
@@ -236,17 +302,27 @@ def open_manifest(
         lock_timeout_s: longest wait for another process's build.
         published_reader: the reader of the root a published copy lives under, when not
             ``reader`` (split roots: the metadata root; ``index --publish`` writes there).
+        episodes: the episodes the caller will read (None: all); a sidecar of a subset
+            holding them will do. What is built is still the whole dataset's.
 
     Raises:
+        SidecarCoverageError: ``sidecar`` is this dataset's but built for a subset that
+            lacks some of ``episodes`` (names the file and the episodes).
+        UnknownEpisodesError: ``episodes`` names episodes the dataset lacks.
         ManifestError: nothing usable and ``build`` is false (saying why each candidate
             was refused), a build failure, or a lock wait that timed out.
     """
-    expected = DatasetIdentity.of(meta)
+    whole = DatasetIdentity.of(meta)
+    subset = episode_subset(meta, episodes)
+    expected = dataclasses.replace(whole, episodes=subset)
+    needed = subset.ids() if subset is not None else np.asarray(meta.episodes.episode_index)
     refused: list[str] = []
     publisher = published_reader if published_reader is not None else reader
     if sidecar is not None:
         path = Path(sidecar)
-        manifest, reason = _try_load(path, expected, "explicit", reader, verify, workers)
+        manifest, reason = _try_load(
+            path, expected, "explicit", reader, verify, workers, needed=needed
+        )
         if manifest is not None:
             return manifest
         if not build:
@@ -266,12 +342,18 @@ def open_manifest(
 
     cache_path = sidecar_cache_path(meta, cache_dir) if use_cache else None
     if cache_path is not None:
-        manifest, reason = _try_load(cache_path, expected, "cache", reader, verify, workers)
+        manifest, reason = _try_load(cache_path, whole, "cache", reader, verify, workers)
         if manifest is not None:
             return manifest
         if reason != "absent":
             logger.warning("cached sidecar refused: %s", reason)
         refused.append(f"cache: {reason}")
+        # a whole dataset's is never looked for among them
+        for candidate in _subset_sidecars(cache_path, subset) if subset is not None else ():
+            manifest, why = _try_load(candidate, expected, "cache", reader, verify, workers)
+            if manifest is not None:
+                return manifest
+            logger.debug("cached subset sidecar not used: %s", why)
         try:
             return _build_into(
                 reader,
@@ -387,11 +469,12 @@ def _build_into(
 
 @dataclass(frozen=True, slots=True)
 class SidecarStatus:
-    """One place a sidecar may be: ``state`` is valid, stale, absent or invalid."""
+    """One place a sidecar may be: ``state`` is valid, stale, absent, invalid, or partial
+    (this dataset's, built for a subset of its episodes: the reason says which)."""
 
     where: Literal["explicit", "cache", "published"]
     location: str
-    state: Literal["valid", "stale", "absent", "invalid"]
+    state: Literal["valid", "stale", "absent", "invalid", "partial"]
     reason: str = ""
 
 
@@ -405,14 +488,17 @@ def sidecar_status(
 ) -> list[SidecarStatus]:
     """Report each candidate sidecar without building or downloading anything; a published
     one is looked for through ``published_reader`` when given (split roots: the metadata
-    root, as :func:`open_manifest` looks), else ``reader``."""
+    root, as :func:`open_manifest` looks), else ``reader``. Sidecars of a subset of the
+    episodes in the cache are listed after the whole dataset's."""
     expected = DatasetIdentity.of(meta)
     publisher = published_reader if published_reader is not None else reader
     result: list[SidecarStatus] = []
     candidates: list[tuple[Literal["explicit", "cache"], Path]] = []
     if sidecar is not None:
         candidates.append(("explicit", Path(sidecar)))
-    candidates.append(("cache", sidecar_cache_path(meta, cache_dir)))
+    cache_path = sidecar_cache_path(meta, cache_dir)
+    candidates.append(("cache", cache_path))
+    candidates.extend(("cache", path) for path in _subset_sidecars(cache_path, None))
     for where, path in candidates:
         if not path.is_file():
             result.append(SidecarStatus(where, str(path), "absent"))
@@ -422,9 +508,14 @@ def sidecar_status(
         except ManifestError as error:
             result.append(SidecarStatus(where, str(path), "invalid", str(error)))
             continue
-        reason = manifest.identity.mismatch(expected) or verify_sources(
+        identity = manifest.identity
+        reason = identity.dataset_mismatch(expected) or verify_sources(
             reader, manifest, root=meta.root
         )
+        if reason is None and identity.episodes is not None:
+            gap = identity.coverage_gap(None) or ""
+            result.append(SidecarStatus(where, str(path), "partial", gap))
+            continue
         state: Literal["valid", "stale"] = "valid" if reason is None else "stale"
         result.append(SidecarStatus(where, str(path), state, reason or ""))
     try:

@@ -127,13 +127,21 @@ def publish_sidecar(
         commit_message: Hub repos: the commit's title.
 
     Raises:
-        ManifestError: the sidecar is unreadable, describes another dataset, or a source
-            file changed since it was built (nothing is published).
+        ManifestError: the sidecar is unreadable, describes another dataset or only a
+            subset of its episodes, or a source file changed since it was built (nothing is
+            published).
         PublishError: the destination refused the write; the message says where the local
             copy is.
     """
     local = Path(sidecar)
     expected = DatasetIdentity.of(meta)
+    subset = load_sidecar(local).identity
+    if subset.episodes is not None and subset.dataset_mismatch(expected) is None:
+        raise ManifestError(
+            f"{local}: not published: it indexes only {subset.episodes.describe()} of "
+            f"{subset.total_episodes}, and a published sidecar is the dataset's whole index "
+            "(build it without --episodes/--num-episodes)"
+        )
     manifest = load_sidecar(local, expect=expected)  # as a reader would take it
     reason = verify_sources(reader, manifest, root=meta.root)
     if reason is not None:

@@ -12,6 +12,12 @@ and each loads as a zero-copy numpy view of the mapped file:
 
 Schema metadata ``episodestream.sidecar`` holds JSON: format version, dataset identity,
 counts. Loading touches no sample pages, so it costs little time and memory at any size.
+
+Version 2 adds ``identity.episodes``: the runs of episodes indexed when a sidecar holds only
+a subset (``episodestream index --episodes/--num-episodes``). A sidecar of every episode has
+no such field and is still written as version 1 (a version 1 sidecar indexes every
+episode), so a library that reads only version 1 reads it, and refuses a subset one instead
+of taking it for the whole dataset.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ __all__ = [
     "write_sidecar",
 ]
 
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
+# the versions this library reads; version 1 is a sidecar of every episode
+_READABLE_VERSIONS = (1, 2)
 _METADATA_KEY = b"episodestream.sidecar"
 _BOOL_MARK = {b"numpy_dtype": b"bool"}
 
@@ -92,7 +100,7 @@ def _columns(manifest: EpisodeManifest) -> list[tuple[str, pa.Array, dict[bytes,
 
 def _header(manifest: EpisodeManifest) -> dict[str, Any]:
     return {
-        "version": SIDECAR_VERSION,
+        "version": SIDECAR_VERSION if manifest.identity.episodes is not None else 1,
         "identity": manifest.identity.to_json(),
         "cameras": list(manifest.cameras),
         "num_episodes": manifest.num_episodes,
@@ -159,11 +167,13 @@ def _parse_header(schema: pa.Schema, where: str) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ManifestError(f"{where}: sidecar header is not JSON: {error}") from error
     version = header.get("version") if isinstance(header, dict) else None
-    if version != SIDECAR_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise ManifestError(
-            f"{where}: sidecar format version {version!r}, this library reads "
-            f"{SIDECAR_VERSION}; rebuild it with `episodestream index`"
+            f"{where}: sidecar format version {version!r}, this library reads versions "
+            f"{', '.join(map(str, _READABLE_VERSIONS))}; rebuild it with `episodestream index`"
         )
+    if version == 1 and isinstance(header.get("identity"), dict):
+        header["identity"].pop("episodes", None)  # version 1: every episode, whatever it says
     return header
 
 
@@ -218,7 +228,8 @@ def load_sidecar(
 
     Args:
         path: the sidecar file, or its bytes as a ``pyarrow.Buffer``.
-        expect: the identity of the dataset it must describe (checked when given).
+        expect: the identity of the dataset it must describe (checked when given); with
+            ``expect.episodes`` a sidecar of a subset holding those episodes also passes.
         origin: recorded on the manifest (``explicit``, ``cache``, ``published``, ``built``).
 
     Raises:
@@ -258,6 +269,11 @@ def load_sidecar(
 
     cameras = tuple(str(c) for c in header.get("cameras", ()))
     episodes = _numpy(batch, "episode.index", where)
+    if identity.episodes is not None and not np.array_equal(episodes, identity.episodes.ids()):
+        raise ManifestError(
+            f"{where}: the sidecar's episode column is not the subset its header records "
+            f"({identity.episodes.describe()})"
+        )
     shape = (len(episodes), len(cameras))
     spans: dict[str, np.ndarray] = {}
     for name in SPAN_FIELDS:
