@@ -14,7 +14,6 @@ from episodestream.bench import (
     write_plot,
 )
 from episodestream.bench._config import (
-    DEFAULT_BATCH_SIZE,
     DEFAULT_CONNECTIONS,
     DEFAULT_DECODE_SAMPLES,
     DEFAULT_DECODE_THREADS,
@@ -22,11 +21,16 @@ from episodestream.bench._config import (
     DEFAULT_FFMPEG_THREADS,
     DEFAULT_NAIVE_SAMPLES,
     DEFAULT_POOL_SIZE,
-    DEFAULT_PREFETCH_EPISODES,
     DEFAULT_SAMPLES,
 )
 from episodestream.bench._scaling import default_worker_counts
-from episodestream.cli._types import int_at_least, positive_float
+from episodestream.cli._options import (
+    add_batch_size_option,
+    add_decoder_options,
+    add_pool_order_options,
+    add_sample_options,
+)
+from episodestream.cli._types import int_at_least
 
 __all__ = ["add_bench_options", "config_from_args", "register"]
 
@@ -65,12 +69,10 @@ def _int_list(name: str, minimum: int):
 
 
 def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int | None) -> None:
-    """The options ``bench`` and ``demo`` share (``demo`` picks its own sample defaults)."""
+    """``bench``'s tuning options (``demo`` takes some of them too: cli/_options.py)."""
     pool = parser.add_argument_group("pool (STREAM)")
     pool.add_argument("--pool-size", type=int_at_least(1), default=DEFAULT_POOL_SIZE)
-    pool.add_argument(
-        "--prefetch-episodes", type=int_at_least(0), default=DEFAULT_PREFETCH_EPISODES
-    )
+    add_pool_order_options(pool)
     pool.add_argument(
         "--fetch-workers",
         type=int_at_least(1),
@@ -84,15 +86,8 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
         help="HTTP connections (and request threads) per host",
     )
     pool.add_argument("--byte-budget", default="2GiB", help="bytes of clips held (e.g. 2GiB)")
-    pool.add_argument("--seed", type=int_at_least(0), default=0)
     decode = parser.add_argument_group("decoding (every track)")
-    decode.add_argument("--decoder", choices=("auto", "torchcodec", "pyav"), default="auto")
-    decode.add_argument(
-        "--decode-threads",
-        type=int_at_least(0),
-        default=DEFAULT_DECODE_THREADS,
-        help="samples decoded concurrently",
-    )
+    add_decoder_options(decode, decoder_default="auto", threads_default=DEFAULT_DECODE_THREADS)
     decode.add_argument(
         "--ffmpeg-threads",
         type=int_at_least(0),
@@ -113,38 +108,14 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
         default=ALL_TRACKS,
         help=f"comma-separated subset of {','.join(ALL_TRACKS)} (STREAM always runs)",
     )
-    run.add_argument(
-        "--samples",
-        type=int_at_least(1),
-        default=samples_default,
-        help=f"samples of the sequence (default {samples_default or 'see above'}; capped at "
-        "the shard's frames)",
-    )
-    run.add_argument(
-        "--keepup-samples",
-        type=int_at_least(0),
-        default=None,
-        help="samples consumed at --target-samples-s (default: --samples; 0 skips keep-up)",
-    )
-    run.add_argument(
-        "--naive-samples",
-        type=int_at_least(0),
-        default=None,
-        help=f"cap on NAIVE's samples (default {DEFAULT_NAIVE_SAMPLES})",
-    )
+    add_sample_options(run, samples_default=samples_default)
     run.add_argument(
         "--decode-samples",
         type=int_at_least(0),
         default=None,
         help=f"samples of the resident-pool decode measurement (default {DEFAULT_DECODE_SAMPLES})",
     )
-    run.add_argument(
-        "--target-samples-s",
-        type=positive_float,
-        default=None,
-        help="keep-up target (default: 0.75 x LOCAL's steady samples/s)",
-    )
-    run.add_argument("--batch-size", type=int_at_least(1), default=DEFAULT_BATCH_SIZE)
+    add_batch_size_option(run)
     run.add_argument(
         "--rounds",
         type=int_at_least(1),

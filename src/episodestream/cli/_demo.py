@@ -12,7 +12,8 @@ from episodestream.bench._demo import (
     format_demo,
     run_demo,
 )
-from episodestream.cli._types import int_at_least, non_negative_float, positive_float
+from episodestream.cli._options import add_decoder_options, add_link_options, add_sample_options
+from episodestream.cli._types import int_at_least
 
 __all__ = ["register"]
 
@@ -49,20 +50,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--cache-dir", default=None, help="cache root (default $EPISODESTREAM_CACHE)"
     )
-    parser.add_argument("--rtt-ms", type=non_negative_float, default=DEMO_RTT_MS)
-    parser.add_argument(
-        "--bandwidth-mibps",
-        type=positive_float,
-        default=DEMO_BANDWIDTH_MIBPS,
-        help="per-connection cap of the emulated link",
+    add_link_options(
+        parser, rtt_ms=DEMO_RTT_MS, bandwidth_mibps=DEMO_BANDWIDTH_MIBPS, zero_is_no_cap=False
     )
-    parser.add_argument("--samples", type=int_at_least(1), default=None)
-    parser.add_argument("--keepup-samples", type=int_at_least(0), default=None)
-    parser.add_argument("--naive-samples", type=int_at_least(0), default=None)
-    parser.add_argument("--target-samples-s", type=positive_float, default=None)
+    # bench settings; unset, the mode picks them
+    add_sample_options(parser, samples_default=None)
     parser.add_argument("--pool-size", type=int_at_least(1), default=None)
-    parser.add_argument("--decoder", choices=("auto", "torchcodec", "pyav"), default=None)
-    parser.add_argument("--decode-threads", type=int_at_least(0), default=None)
+    add_decoder_options(parser, decoder_default=None, threads_default=None)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
     parser.set_defaults(handler=run)

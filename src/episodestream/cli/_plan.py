@@ -16,8 +16,8 @@ from episodestream.bench import (
     plan_cluster,
     read_plan_layout,
 )
-from episodestream.bench._config import DEFAULT_BATCH_SIZE, DEFAULT_PREFETCH_EPISODES
 from episodestream.bench._plan import DEFAULT_HOST_CEILING_BYTES_PER_S, DEFAULT_WINDOW_S, MIB
+from episodestream.cli._options import add_batch_size_option, add_pool_order_options
 from episodestream.cli._types import int_at_least, non_negative_float, positive_float
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
 from episodestream.sampling import DEFAULT_POOL_SIZE, PoolParams
@@ -76,22 +76,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="pick the smallest pool whose batches hold this many distinct episodes on "
         "average (measured on the pool's own schedule)",
     )
-    parser.add_argument(
-        "--batch-size",
-        type=int_at_least(1),
-        default=DEFAULT_BATCH_SIZE,
-        help="batch size (randomness)",
-    )
-    parser.add_argument(
-        "--prefetch-episodes",
-        type=int_at_least(0),
-        default=DEFAULT_PREFETCH_EPISODES,
-        help=f"episodes fetched ahead per worker (default {DEFAULT_PREFETCH_EPISODES})",
-    )
+    add_batch_size_option(parser)
+    add_pool_order_options(parser)
     parser.add_argument(
         "--byte-budget", type=_bytes, default=None, help="byte_budget per rank to check"
     )
-    parser.add_argument("--seed", type=int_at_least(0), default=0, help="pool seed (default 0)")
     parser.add_argument(
         "--epoch", type=int_at_least(0), default=0, help="epoch planned (default 0)"
     )

@@ -11,14 +11,13 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from episodestream.bench._demo import DEMO_BANDWIDTH_MIBPS, DEMO_RTT_MS
+from episodestream.cli._options import add_link_options
 from episodestream.cli._types import non_negative_float, port
 from episodestream.serving import WanSettings, serve_dataset
 
 __all__ = ["register"]
 
-# the demo's link: a nearby cloud region on a fast connection
-DEFAULT_RTT_MS = 50.0
-DEFAULT_BANDWIDTH_MIBPS = 40.0
 _POLL_S = 0.5
 
 
@@ -39,17 +38,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--nginx-port", type=port, default=None, help="nginx's own port (default: free port)"
     )
-    parser.add_argument(
-        "--rtt-ms",
-        type=non_negative_float,
-        default=DEFAULT_RTT_MS,
-        help=f"round-trip time added, ms (default {DEFAULT_RTT_MS:g})",
-    )
-    parser.add_argument(
-        "--bandwidth-mibps",
-        type=non_negative_float,
-        default=DEFAULT_BANDWIDTH_MIBPS,
-        help=f"per-connection cap, MiB/s; 0 = no cap (default {DEFAULT_BANDWIDTH_MIBPS:g})",
+    add_link_options(
+        parser, rtt_ms=DEMO_RTT_MS, bandwidth_mibps=DEMO_BANDWIDTH_MIBPS, zero_is_no_cap=True
     )
     parser.add_argument(
         "--connect-rtts",
