@@ -30,7 +30,7 @@ from episodestream.cli._options import (
     add_pool_order_options,
     add_sample_options,
 )
-from episodestream.cli._types import int_at_least
+from episodestream.cli._types import int_at_least, int_list
 
 __all__ = ["add_bench_options", "config_from_args", "register"]
 
@@ -43,29 +43,6 @@ def _tracks(text: str) -> tuple[str, ...]:
             f"tracks are a comma-separated subset of {','.join(ALL_TRACKS)}, got {text!r}"
         )
     return names
-
-
-def _int_list(name: str, minimum: int):
-    def parse(text: str) -> tuple[int, ...]:
-        values = []
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            try:
-                value = int(part)
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    f"{name} are comma-separated integers, got {text!r}"
-                ) from None
-            if value < minimum:
-                raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
-            values.append(value)
-        if not values:
-            raise argparse.ArgumentTypeError(f"{name}: give at least one, got {text!r}")
-        return tuple(values)
-
-    return parse
 
 
 def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int | None) -> None:
@@ -218,7 +195,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     subset = parser.add_mutually_exclusive_group()
     subset.add_argument(
         "--episodes",
-        type=_int_list("episodes", 0),
+        type=int_list("episodes", 0),
         default=None,
         help="sample only these episodes (comma-separated ids)",
     )
@@ -242,7 +219,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--num-workers",
-        type=_int_list("worker counts", 1),
+        type=int_list("worker counts", 1),
         nargs="?",
         const=(),
         default=None,
