@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from episodestream.lerobot import load_dataset_meta
-from episodestream.manifest import build_manifest, load_sidecar, sidecar_cache_path
+from episodestream.manifest import (
+    PUBLISHED_SIDECAR_PATH,
+    EpisodeSubset,
+    build_manifest,
+    load_sidecar,
+    sidecar_cache_path,
+)
 from episodestream.storage import LocalRangeReader
 
 
@@ -77,3 +83,81 @@ def test_errors_are_reported_not_raised(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "meta/info.json: required file is missing" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_index_episodes_builds_a_subset_sidecar_beside_the_whole_one(
+    lerobot_fixture_root: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        whole = build_manifest(reader, meta, progress=False)
+
+    subset = run_cli("index", str(lerobot_fixture_root), "--episodes", "3,1", cache=cache)
+    assert subset.returncode == 0, subset.stderr
+    subset_path = Path(subset.stdout.strip())
+    assert subset_path == sidecar_cache_path(meta, cache, episodes=[1, 3])
+    assert "2 of 5 episodes x 3 cameras" in subset.stderr
+    loaded = load_sidecar(subset_path)
+    assert loaded.identity.episodes == EpisodeSubset(((1, 2), (3, 4)))
+    for camera in meta.video_keys:
+        assert loaded.span(3, camera) == whole.span(3, camera)
+    kept = subset_path.read_bytes()
+
+    full = run_cli("index", str(lerobot_fixture_root), cache=cache)
+    assert full.returncode == 0, full.stderr
+    full_path = Path(full.stdout.strip())
+    assert full_path == sidecar_cache_path(meta, cache) != subset_path
+    assert load_sidecar(full_path).identity.episodes is None
+    assert subset_path.read_bytes() == kept  # neither overwrites the other
+
+    inspected = run_cli("inspect", str(lerobot_fixture_root), cache=cache)
+    assert inspected.returncode == 0, inspected.stderr
+    assert f"sidecar      cache valid ({full_path})" in inspected.stdout
+    assert f"sidecar      cache partial ({subset_path}): the sidecar indexes only 2" in (
+        inspected.stdout
+    )
+
+
+def test_index_num_episodes_indexes_the_first_n(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    output = tmp_path / "first2.arrow"
+    result = run_cli(
+        "index", str(lerobot_fixture_root), "--num-episodes", "2", "-o", str(output), cache=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == output
+    loaded = load_sidecar(output)
+    assert loaded.identity.episodes == EpisodeSubset(((0, 2),))
+    assert loaded.episode_index.tolist() == [0, 1]
+    # N at least the dataset's size is every episode: the whole dataset's sidecar
+    every = run_cli("index", str(lerobot_fixture_root), "--num-episodes", "9", cache=tmp_path)
+    assert every.returncode == 0, every.stderr
+    assert load_sidecar(Path(every.stdout.strip())).identity.episodes is None
+    assert "5 episodes x 3 cameras" in every.stderr
+
+
+def test_index_subset_errors(lerobot_fixture_root: Path, tmp_path: Path) -> None:
+    root = str(lerobot_fixture_root)
+    unknown = run_cli("index", root, "--episodes", "1,9,12", cache=tmp_path)
+    assert unknown.returncode == 2
+    assert "unknown episode(s) 9, 12: the dataset has episodes 0..4" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    assert not (tmp_path / "sidecars").exists()
+
+    both = run_cli("index", root, "--episodes", "1", "--num-episodes", "2", cache=tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    for bad, message in (
+        (("--episodes", "1,x"), "episodes are comma-separated integers"),
+        (("--episodes", "-1"), "episodes must be >= 0"),
+        (("--episodes", ","), "episodes: give at least one"),
+        (("--num-episodes", "0"), "must be >= 1"),
+    ):
+        result = run_cli("index", root, *bad, cache=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (bad, result.stderr)
+
+    for publish in ("--publish", "--publish-pr"):
+        refused = run_cli("index", root, "--num-episodes", "2", publish, cache=tmp_path)
+        assert refused.returncode == 2
+        assert "a published sidecar is the dataset's whole index" in refused.stderr
+    assert not (lerobot_fixture_root / PUBLISHED_SIDECAR_PATH).exists()
+    assert not (tmp_path / "sidecars").exists()  # refused before anything was built

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -569,3 +570,9 @@ def test_dataset_opened_on_a_subset_uses_its_cached_sidecar(
     # the whole dataset does not take it: nothing usable, building disabled
     with pytest.raises(ManifestError, match="cache: absent"):
         EpisodeStreamDataset(lerobot_fixture_root, options=options)
+    # nor when it is handed over: a typed error naming the file and what it lacks
+    explicit = dataclasses.replace(options, sidecar=path, build_index=True)
+    with pytest.raises(SidecarCoverageError, match=r"lacks episode\(s\) 0, 3, 4 \(3 in all\)"):
+        EpisodeStreamDataset(lerobot_fixture_root, options=explicit)
+    with EpisodeStreamDataset(lerobot_fixture_root, episodes=[1], options=explicit) as dataset:
+        assert dataset.dataset.manifest.origin == "explicit"
