@@ -27,6 +27,7 @@ from episodestream.bench._scaling import default_worker_counts
 from episodestream.cli._options import (
     add_batch_size_option,
     add_decoder_options,
+    add_episode_subset_options,
     add_pool_order_options,
     add_sample_options,
 )
@@ -192,19 +193,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="nginx access log of the server in front of ROOT (adds server-side figures)",
     )
-    subset = parser.add_mutually_exclusive_group()
-    subset.add_argument(
-        "--episodes",
-        type=int_list("episodes", 0),
-        default=None,
-        help="sample only these episodes (comma-separated ids)",
-    )
-    subset.add_argument(
-        "--num-episodes",
-        type=int_at_least(1),
-        default=None,
-        help="sample only the dataset's first N episodes",
-    )
+    add_episode_subset_options(parser, verb="sample")
     parser.add_argument(
         "--range-backend",
         choices=("native", "fsspec"),

@@ -7,17 +7,20 @@ A command passes the argparse parser or group to add them to, and the defaults i
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from episodestream.bench._config import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_NAIVE_SAMPLES,
     DEFAULT_PREFETCH_EPISODES,
 )
-from episodestream.cli._types import int_at_least, non_negative_float, positive_float
+from episodestream.cli._types import int_at_least, int_list, non_negative_float, positive_float
 
 __all__ = [
     "add_batch_size_option",
+    "add_cache_dir_option",
     "add_decoder_options",
+    "add_episode_subset_options",
     "add_link_options",
     "add_pool_order_options",
     "add_sample_options",
@@ -119,4 +122,29 @@ def add_link_options(
         default=bandwidth_mibps,
         help=f"per-connection cap, MiB/s{'; 0 = no cap' if zero_is_no_cap else ''} "
         f"(default {bandwidth_mibps:g})",
+    )
+
+
+def add_episode_subset_options(parser: argparse.ArgumentParser, *, verb: str) -> None:
+    """``--episodes`` or ``--num-episodes`` (one of them): the episodes a command ``verb``s
+    (``bench``: "sample"; ``index`` could: "index")."""
+    subset = parser.add_mutually_exclusive_group()
+    subset.add_argument(
+        "--episodes",
+        type=int_list("episodes", 0),
+        default=None,
+        help=f"{verb} only these episodes (comma-separated ids)",
+    )
+    subset.add_argument(
+        "--num-episodes",
+        type=int_at_least(1),
+        default=None,
+        help=f"{verb} only the dataset's first N episodes",
+    )
+
+
+def add_cache_dir_option(options: Options) -> None:
+    """``--cache-dir``, the cache folder as a ``Path`` (``plan``; ``index`` could)."""
+    options.add_argument(
+        "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
     )

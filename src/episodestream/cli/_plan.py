@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from episodestream.bench import (
     DEFAULT_RTT_S,
@@ -17,7 +16,11 @@ from episodestream.bench import (
     read_plan_layout,
 )
 from episodestream.bench._plan import DEFAULT_HOST_CEILING_BYTES_PER_S, DEFAULT_WINDOW_S, MIB
-from episodestream.cli._options import add_batch_size_option, add_pool_order_options
+from episodestream.cli._options import (
+    add_batch_size_option,
+    add_cache_dir_option,
+    add_pool_order_options,
+)
 from episodestream.cli._types import int_at_least, non_negative_float, positive_float
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
 from episodestream.sampling import DEFAULT_POOL_SIZE, PoolParams
@@ -117,9 +120,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_RTT_S * 1000,
         help=f"round trip to the store (default {DEFAULT_RTT_S * 1000:g} ms)",
     )
-    parser.add_argument(
-        "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
-    )
+    add_cache_dir_option(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run)
 
