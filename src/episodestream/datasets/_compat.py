@@ -203,12 +203,28 @@ def check_depth(meta: LeRobotMetadata, depth_output_unit: str | None) -> None:
 
 class LeRobotSurface:
     """What LeRobot's training reads from a dataset besides its samples, shared by both
-    dataset classes (which set ``name``, ``dataset``, ``_meta`` and ``_requested_episodes``)."""
+    dataset classes (which set ``name``, ``options`` and ``dataset``, then call
+    :meth:`_describe_for_lerobot`)."""
 
     name: DatasetName
+    options: StreamOptions
     dataset: Any  # datasets._engine.OpenedDataset (an upper module; typed loosely here)
     _meta: LeRobotMetadata
     _requested_episodes: list[int] | None
+
+    def _describe_for_lerobot(self, episodes: object | None, depth_output_unit: str | None) -> None:
+        """Once ``dataset`` is open: the selection as LeRobot's ``dataset.episodes`` reports
+        it (validated by opening), and LeRobot's metadata; refuses depth maps in another unit
+        (:func:`check_depth`), closing the dataset's reader on any refusal."""
+        self._requested_episodes = (
+            None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
+        )
+        try:
+            self._meta = lerobot_meta(self.dataset.meta, self.name, self.options.revision)
+            check_depth(self._meta, depth_output_unit)
+        except BaseException:
+            self.dataset.close()
+            raise
 
     @property
     def meta(self) -> LeRobotMetadata:

@@ -15,9 +15,7 @@ import torch.utils.data
 from episodestream._closing import Closing
 from episodestream.datasets._compat import (
     LeRobotSurface,
-    check_depth,
     dataset_options,
-    lerobot_meta,
     resolve_dataset_name,
 )
 from episodestream.datasets._engine import StreamEngine, open_for_samples
@@ -114,16 +112,7 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
             resident_episodes=1,
             reader=reader,
         )
-        # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
-        self._requested_episodes = (
-            None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
-        )
-        try:  # the reader is open: a refusal must close it
-            self._meta = lerobot_meta(self.dataset.meta, self.name, self.options.revision)
-            check_depth(self._meta, depth_output_unit)
-        except BaseException:
-            self.dataset.close()
-            raise
+        self._describe_for_lerobot(episodes, depth_output_unit)
         self.prefetch_next = prefetch_next
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None

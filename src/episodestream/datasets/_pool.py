@@ -22,9 +22,7 @@ from episodestream._checks import check_choice, check_int
 from episodestream._closing import Closing
 from episodestream.datasets._compat import (
     LeRobotSurface,
-    check_depth,
     dataset_options,
-    lerobot_meta,
     resolve_dataset_name,
 )
 from episodestream.datasets._engine import (
@@ -307,13 +305,8 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
             resident_episodes=pool_size,
             reader=reader,
         )
-        # validated by opening: the selection as given, for LeRobot's ``dataset.episodes``
-        self._requested_episodes = (
-            None if episodes is None else self.dataset.episode_ids.astype(int).tolist()
-        )
+        self._describe_for_lerobot(episodes, depth_output_unit)
         try:  # the reader is open: any refusal below must close it
-            self._meta = lerobot_meta(self.dataset.meta, self.name, self.options.revision)
-            check_depth(self._meta, depth_output_unit)
             #: decoded bytes of the largest window (margins included), from info.json's shapes
             self.window_bytes = max_window_bytes(
                 self.dataset.meta, self.samples.offsets, self.window_frames
