@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from episodestream.cli._types import int_at_least, int_list
+from episodestream.cli._options import add_cache_dir_option, add_episode_subset_options
+from episodestream.cli._types import int_at_least
 from episodestream.errors import ConfigError
 from episodestream.lerobot import DatasetMeta, open_dataset_files
 from episodestream.manifest import (
@@ -68,24 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_BUILD_WORKERS,
         help=f"files indexed concurrently (default {DEFAULT_BUILD_WORKERS})",
     )
-    parser.add_argument(
-        "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
-    )
+    add_cache_dir_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_root_argument(parser)
-    subset = parser.add_mutually_exclusive_group()
-    subset.add_argument(
-        "--episodes",
-        type=int_list("episodes", 0),
-        default=None,
-        help="index only these episodes (comma-separated ids)",
-    )
-    subset.add_argument(
-        "--num-episodes",
-        type=int_at_least(1),
-        default=None,
-        help="index only the dataset's first N episodes",
-    )
+    add_episode_subset_options(parser, verb="index")
     publishing = parser.add_argument_group("publishing")
     publishing.add_argument(
         "--publish",
