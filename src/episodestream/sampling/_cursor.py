@@ -21,7 +21,14 @@ __all__ = ["DrawCursor"]
 
 
 class DrawCursor(abc.ABC):
-    """A cursor over one slot's draws for one epoch (not thread-safe)."""
+    """A cursor over one slot's draws for one epoch (not thread-safe).
+
+    A cursor that counts its draws in ``_position`` of ``_total`` has :attr:`position` and
+    :attr:`total_samples` as they are; one that delegates overrides them.
+    """
+
+    _position: int
+    _total: int
 
     @abc.abstractmethod
     def events(self, batch_draws: int = 4096) -> Iterator[Any]:
@@ -42,14 +49,14 @@ class DrawCursor(abc.ABC):
                 yield event.episode_id, event.frame_index
 
     @property
-    @abc.abstractmethod
     def position(self) -> int:
         """Draws already taken or skipped this epoch."""
+        return self._position
 
     @property
-    @abc.abstractmethod
     def total_samples(self) -> int:
         """Draws in the whole epoch (= frames of the slot's episodes)."""
+        return self._total
 
     @property
     def remaining(self) -> int:

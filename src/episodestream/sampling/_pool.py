@@ -133,6 +133,18 @@ class _Chunk:
         return int(self.entries.size) - self.offset
 
 
+def draw_events(
+    item: int, frame: int, position: int, leaves: bool, entrant: int
+) -> Iterator[PoolEvent]:
+    """The events of one draw: the ``draw``, then, when it took the item's last frame, its
+    ``leave`` and the ``enter`` of the next item (``entrant``; -1 when none is left)."""
+    yield PoolEvent("draw", item, frame, position)
+    if leaves:
+        yield PoolEvent("leave", item, -1, position + 1)
+        if entrant >= 0:
+            yield PoolEvent("enter", entrant, -1, position + 1)
+
+
 class PoolSchedule(DrawCursor):
     """The pool order of one slot's episodes for one epoch; see the module docstring.
 
@@ -443,12 +455,7 @@ class PoolSchedule(DrawCursor):
                 strict=True,
             )
             for offset, (episode_id, frame, leaves, enters) in enumerate(rows):
-                position = batch.start + offset
-                yield PoolEvent("draw", episode_id, frame, position)
-                if leaves:
-                    yield PoolEvent("leave", episode_id, -1, position + 1)
-                    if enters >= 0:
-                        yield PoolEvent("enter", enters, -1, position + 1)
+                yield from draw_events(episode_id, frame, batch.start + offset, leaves, enters)
 
     # ---- introspection ---------------------------------------------------------------------
 
@@ -463,14 +470,6 @@ class PoolSchedule(DrawCursor):
     @property
     def epoch(self) -> int:
         return self._epoch
-
-    @property
-    def position(self) -> int:
-        return self._position
-
-    @property
-    def total_samples(self) -> int:
-        return self._total
 
     @property
     def episode_ids(self) -> np.ndarray:

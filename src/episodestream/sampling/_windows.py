@@ -41,7 +41,13 @@ from numpy.typing import ArrayLike
 
 from episodestream.errors import BudgetError, SamplingError
 from episodestream.sampling._cursor import DrawCursor
-from episodestream.sampling._pool import DEFAULT_POOL_SIZE, PoolEvent, PoolParams, PoolSchedule
+from episodestream.sampling._pool import (
+    DEFAULT_POOL_SIZE,
+    PoolEvent,
+    PoolParams,
+    PoolSchedule,
+    draw_events,
+)
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
 from episodestream.sampling._validate import canonical_episodes, require_int
@@ -434,23 +440,11 @@ class _SpreadDraws(DrawCursor):
         while self._position < self._total:
             position = self._position
             window, frame, leaves, entrant = self._draw()
-            yield PoolEvent("draw", window, frame, position)
-            if leaves:
-                yield PoolEvent("leave", window, -1, position + 1)
-                if entrant >= 0:
-                    yield PoolEvent("enter", entrant, -1, position + 1)
+            yield from draw_events(window, frame, position, leaves, entrant)
 
     def skip(self, count: int) -> None:
         for _ in range(self._skip_count(count)):
             self._draw()
-
-    @property
-    def position(self) -> int:
-        return self._position
-
-    @property
-    def total_samples(self) -> int:
-        return self._total
 
     @property
     def entered(self) -> int:
