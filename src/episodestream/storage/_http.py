@@ -200,14 +200,9 @@ class HttpRangeReader(BaseRangeReader):
         self._executor: ThreadPoolExecutor | None = None
         self._metrics = Metrics()
         self._rng = random.Random(self._seed)
+        log = FailureLog(self._failure_log)
         self._retrier = Retrier(
-            self,
-            retry=self._retry,
-            rng=self._rng,
-            lock=self._lock,
-            stop=self._stop,
-            metrics=self._metrics,
-            log=FailureLog(self._failure_log),
+            self, self._retry, self._rng, self._lock, self._stop, self._metrics, log
         )
         self._transport: Transport = self._transport_factory(
             TransportOptions(
