@@ -293,7 +293,7 @@ class _LoopbackServer:
                 # add 40 ms to every small response.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def do_GET(self) -> None:
+            def _record_and_answer(self, body: bytes = b"") -> None:
                 parts = urllib.parse.urlsplit(self.path)
                 record = RecordedRequest(
                     urllib.parse.unquote(parts.path),
@@ -301,6 +301,7 @@ class _LoopbackServer:
                     dict(self.headers.items()),
                     method=self.command,
                     raw_path=parts.path,
+                    body=body,
                 )
                 with lock:
                     log.append(record)
@@ -309,23 +310,12 @@ class _LoopbackServer:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     self.close_connection = True
 
+            def do_GET(self) -> None:
+                self._record_and_answer()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                parts = urllib.parse.urlsplit(self.path)
-                record = RecordedRequest(
-                    urllib.parse.unquote(parts.path),
-                    parts.query,
-                    dict(self.headers.items()),
-                    method="POST",
-                    raw_path=parts.path,
-                    body=self.rfile.read(min(length, MAX_POST_BYTES)),
-                )
-                with lock:
-                    log.append(record)
-                try:
-                    app(self, record)
-                except (BrokenPipeError, ConnectionResetError, OSError):
-                    self.close_connection = True
+                self._record_and_answer(self.rfile.read(min(length, MAX_POST_BYTES)))
 
             def do_HEAD(self) -> None:
                 # the GET answer's head only: the body the app writes goes nowhere
