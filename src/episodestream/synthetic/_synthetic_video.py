@@ -92,6 +92,13 @@ class _FramePainter:
         y = (128 + 80 * np.sin(self._luma_phase + t)).astype(np.uint8)
         u = (128 + 50 * np.cos(self._u_phase + 0.5 * t)).astype(np.uint8)
         v = (128 + 50 * np.sin(self._v_phase - 0.3 * t)).astype(np.uint8)
+        return self._paint_identity(y, u, v, episode, frame)
+
+    def _paint_identity(
+        self, y: np.ndarray, u: np.ndarray, v: np.ndarray, episode: int, frame: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The planes with the identity cells of (episode, frame) painted over them (in place):
+        black and white luma, neutral chroma."""
         covered, white = identity_cells(self.layout, episode, frame, self.camera)
         y[covered] = _Y_BLACK
         y[white] = _Y_WHITE
@@ -146,13 +153,7 @@ class _TexturePainter(_FramePainter):
         y[inside] = 210
         noise = self._noise.integers(-self._NOISE_LEVEL, self._NOISE_LEVEL + 1, y.shape)
         y = np.clip(y.astype(np.int16) + noise, 16, 235).astype(np.uint8)
-        covered, white = identity_cells(self.layout, episode, frame, self.camera)
-        y[covered] = _Y_BLACK
-        y[white] = _Y_WHITE
-        chroma_covered = covered[::2, ::2]
-        u[chroma_covered] = 128
-        v[chroma_covered] = 128
-        return y, u, v
+        return self._paint_identity(y, u, v, episode, frame)
 
 
 def _rgb_histogram(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
