@@ -5,6 +5,7 @@ delta_timestamps."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +62,36 @@ def sim5_root(request: pytest.FixtureRequest, lerobot_fixture_root: Path) -> str
     return request.getfixturevalue("lerobot_sim5_url")
 
 
-@pytest.mark.parametrize("decoder", ["torchcodec", "pyav"])
-@pytest.mark.parametrize("image_dtype", ["float32", "uint8"])
+@pytest.fixture(params=["float32", "uint8"])
+def image_dtype(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["torchcodec", "pyav"])
+def open_sim5(
+    request: pytest.FixtureRequest, sim5_root: str, image_dtype: str, datasets_cache_dir: Path
+) -> Callable[..., EpisodeStreamDataset]:
+    """``open_sim5(**options)``: lerobot_sim5 (local and over HTTP) with each decoder, in
+    ``image_dtype``."""
+
+    def open_dataset(**options: Any) -> EpisodeStreamDataset:
+        return EpisodeStreamDataset(
+            sim5_root,
+            decoder=request.param,
+            image_dtype=image_dtype,
+            cache_dir=datasets_cache_dir,
+            **options,
+        )
+
+    return open_dataset
+
+
 def test_samples_equal_lerobot(
-    sim5_root: str,
-    decoder: str,
+    open_sim5: Callable[..., EpisodeStreamDataset],
     image_dtype: str,
     lerobot_reference: LeRobotReference,
-    datasets_cache_dir: Path,
 ) -> None:
-    with EpisodeStreamDataset(
-        sim5_root, decoder=decoder, image_dtype=image_dtype, cache_dir=datasets_cache_dir
-    ) as dataset:
+    with open_sim5() as dataset:
         assert len(dataset) == 244
         compared = assert_matches_reference(
             dataset, lerobot_reference.samples, image_dtype=image_dtype
@@ -80,26 +99,16 @@ def test_samples_equal_lerobot(
     assert compared > 24 * 3 * 3 * 96 * 128  # every image pixel and every scalar
 
 
-@pytest.mark.parametrize("decoder", ["torchcodec", "pyav"])
-@pytest.mark.parametrize("image_dtype", ["float32", "uint8"])
 def test_delta_samples_equal_lerobot(
-    sim5_root: str,
-    decoder: str,
+    open_sim5: Callable[..., EpisodeStreamDataset],
     image_dtype: str,
     lerobot_reference: LeRobotReference,
-    datasets_cache_dir: Path,
 ) -> None:
     reference = lerobot_reference.samples_delta
     # the reference covers padding on both sides, or this test would prove less than it says
     assert reference["observation.state_is_pad"][:, 0].any()
     assert reference["action_is_pad"][:, -1].any()
-    with EpisodeStreamDataset(
-        sim5_root,
-        decoder=decoder,
-        image_dtype=image_dtype,
-        delta_timestamps=lerobot_reference.delta_timestamps,
-        cache_dir=datasets_cache_dir,
-    ) as dataset:
+    with open_sim5(delta_timestamps=lerobot_reference.delta_timestamps) as dataset:
         assert_matches_reference(dataset, reference, image_dtype=image_dtype)
 
 
