@@ -42,6 +42,7 @@ from episodestream import (
 from episodestream.serving import NginxServer, WanEmulator, WanSettings
 from episodestream.storage import RetryPolicy, Timeouts
 from episodestream.synthetic import read_frame_identity
+from tests.plugins.datasets import samples_by_index
 from tests.support.faults import Fault, FaultProxy, RandomFaults
 
 # every fault the proxy knows, several shapes of some; drawn uniformly when a request misbehaves
@@ -223,13 +224,10 @@ def check_typed_stop(error: BaseException) -> None:
         assert RANGE_IN_MESSAGE.search(message), f"error names no byte range: {message}"
 
 
-@pytest.fixture(scope="module")
-def reference(synthetic_av1: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+@pytest.fixture
+def reference(synthetic_av1_samples: dict[int, Any]) -> dict[int, Any]:
     """Fault-free samples of synthetic_av1 read from local disk, by global frame index."""
-    cache = tmp_path_factory.mktemp("reference-cache")
-    with EpisodeStreamDataset(synthetic_av1, cache_dir=cache, image_dtype="uint8") as dataset:
-        samples = (dataset[i] for i in range(len(dataset)))
-        return {int(sample["index"]): sample for sample in samples}
+    return synthetic_av1_samples
 
 
 @pytest.fixture(scope="module")
@@ -372,10 +370,7 @@ def test_pool_epoch_through_random_faults(
 ) -> None:
     """EpisodePoolDataset (H.264, B-frames, open GOPs): prefetch and decode threads under fire."""
     proxy, emulator = chaos_link
-    with EpisodeStreamDataset(
-        synthetic_h264, cache_dir=tmp_path / "ref", image_dtype="uint8"
-    ) as ds:
-        want = {int(s["index"]): s for s in (ds[i] for i in range(len(ds)))}
+    want = samples_by_index(synthetic_h264, tmp_path / "ref")
     url = emulator.rebase_url(http_publish(synthetic_h264))
     result = RunResult(expected=len(want), budget=4 * BYTE_BUDGET)
     seen: set[int] = set()

@@ -155,12 +155,9 @@ def stream(
     return Outcome(result["kind"], result["error"], result["samples"], seconds, delta)
 
 
-@pytest.fixture(scope="module")
-def reference(synthetic_av1: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
-    cache = tmp_path_factory.mktemp("hostile-reference-cache")
-    with EpisodeStreamDataset(synthetic_av1, cache_dir=cache, image_dtype="uint8") as dataset:
-        samples = (dataset[i] for i in range(len(dataset)))
-        return {int(sample["index"]): sample for sample in samples}
+@pytest.fixture
+def reference(synthetic_av1_samples: dict[int, Any]) -> dict[int, Any]:
+    return synthetic_av1_samples
 
 
 @pytest.fixture

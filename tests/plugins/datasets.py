@@ -6,6 +6,8 @@
   ``.npz`` files and the ``delta_timestamps`` they were made with), loaded once.
 * ``synthetic_many``: a synthetic AV1 dataset with many short episodes (one camera, 64x48),
   for pool statistics that need more episodes than the other fixtures have.
+* ``synthetic_av1_samples``: every sample of synthetic_av1 read from disk, by index (the
+  reference of the reliability tests; ``samples_by_index`` makes one for another dataset).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from episodestream import EpisodeStreamDataset
 from episodestream.synthetic import SyntheticSpec
 
 # 48 episodes of 3-6 frames, 12 per video file: first pool draws of a 32-episode pool
@@ -76,3 +80,19 @@ def lerobot_reference(lerobot_reference_dir: Path) -> LeRobotReference:
 def synthetic_many(synthetic_dataset: Callable[[SyntheticSpec], Path]) -> Path:
     """:data:`SYNTHETIC_MANY_SPEC`: AV1, 1 camera 64x48, 48 episodes of 3-6 frames."""
     return synthetic_dataset(SYNTHETIC_MANY_SPEC)
+
+
+def samples_by_index(root: Path, cache_dir: Path) -> dict[int, Any]:
+    """Every uint8 sample of the dataset at ``root`` read from disk, by global frame index:
+    the fault-free reference runs under faults or over hostile inputs are compared with."""
+    with EpisodeStreamDataset(root, cache_dir=cache_dir, image_dtype="uint8") as dataset:
+        samples = (dataset[i] for i in range(len(dataset)))
+        return {int(sample["index"]): sample for sample in samples}
+
+
+@pytest.fixture(scope="session")
+def synthetic_av1_samples(
+    synthetic_av1: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, Any]:
+    """:func:`samples_by_index` of synthetic_av1 (shared: treat as read-only)."""
+    return samples_by_index(synthetic_av1, tmp_path_factory.mktemp("synthetic-av1-samples-cache"))
