@@ -348,7 +348,7 @@ def open_manifest(
         if reason != "absent":
             logger.warning("cached sidecar refused: %s", reason)
         refused.append(f"cache: {reason}")
-        # a whole dataset's is never looked for among them
+        # only a subset is looked for among subset sidecars: the whole dataset never takes one
         for candidate in _subset_sidecars(cache_path, subset) if subset is not None else ():
             manifest, why = _try_load(candidate, expected, "cache", reader, verify, workers)
             if manifest is not None:
