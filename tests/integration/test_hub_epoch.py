@@ -8,13 +8,11 @@ import hashlib
 import logging
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.cli import main
 from tests.plugins.storage import HubStandIn
-from tests.support.hf_env import reread_hf_environment
 
 REPO = "org/lerobot_sim5"
 EPISODE_CAMERAS = 5 * 3  # lerobot_sim5: 5 episodes x 3 cameras
@@ -41,17 +39,6 @@ def _pool(hub: HubStandIn, cache_dir: Path, **reader: object) -> EpisodePoolData
     )
 
 
-def _check_against_reference(samples: dict[int, dict], reference) -> None:
-    arrays = reference.samples
-    assert sorted(samples) == list(range(244))  # the whole epoch, every frame once
-    for row, index in enumerate(arrays["request_index"].tolist()):
-        sample = samples[index]
-        for key in ("observation.images.cam_high", "observation.images.cam_right_wrist"):
-            expected = arrays[key][row].astype(np.float32) / 255
-            assert np.array_equal(sample[key].numpy(), expected), (index, key)
-        assert np.array_equal(sample["action"].numpy(), arrays["action"][row])
-
-
 def _video_requests(requests: list, status: int | None = None) -> list:
     """Hub resolves of the MP4 files (by path)."""
     return [
@@ -70,7 +57,7 @@ def test_streamed_epoch_through_the_hub(
 ):
     with _pool(hub, tmp_path) as pool:
         cold = {int(s["index"]): s for s in pool}
-    _check_against_reference(cold, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(cold)
     cdn = hub.cdn_requests
     # the CDN never sees the token; a range-bound URL is refused at most once per CDN host
     assert not [r for r in cdn if r.header("Authorization")]
@@ -86,7 +73,7 @@ def test_streamed_epoch_through_the_hub(
     hub.cdn_requests.clear()
     with _pool(hub, tmp_path) as pool:
         warm = {int(s["index"]): s for s in pool}
-    _check_against_reference(warm, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(warm)
     assert len(_video_ranges(hub, lerobot_fixture_root)) == EPISODE_CAMERAS
     assert len(_video_requests(hub.hub_requests)) == EPISODE_CAMERAS
     assert not [r for r in hub.cdn_requests if r.header("Authorization")]
@@ -105,7 +92,7 @@ def test_epoch_under_a_tight_quota_and_expiring_urls(
     with _pool(hub, tmp_path) as pool:
         samples = {int(s["index"]): s for s in pool}
         metrics = pool.metrics()["reader"]
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     statuses = [r.status for r in hub.hub_requests]
     assert statuses.count(429) >= 1  # the quota bit
     waits = [r for r in caplog.records if "rate-limits us" in r.getMessage()]
@@ -116,16 +103,7 @@ def test_epoch_under_a_tight_quota_and_expiring_urls(
 
 def _split(hub_standin: HubStandIn, lerobot_fixture_root: Path) -> None:
     """lerobot_sim5's meta/ in a repo at tag v1.0, its data/ and videos/ in a bucket."""
-    files = {
-        str(p.relative_to(lerobot_fixture_root)): p.read_bytes()
-        for p in sorted(lerobot_fixture_root.rglob("*"))
-        if p.is_file()
-    }
-    meta = {path: data for path, data in files.items() if path.startswith("meta/")}
-    hub_standin.commit("org/sim5-meta", meta, ref="v1.0")
-    for path, data in files.items():
-        if not path.startswith("meta/"):
-            hub_standin.put_bucket_file("org/sim5-data", path, data)
+    hub_standin.split_dataset(lerobot_fixture_root, "org/sim5-meta", "org/sim5-data", ref="v1.0")
 
 
 def test_split_roots_metadata_from_a_repo_revision_data_from_a_bucket(
@@ -145,7 +123,7 @@ def test_split_roots_metadata_from_a_repo_revision_data_from_a_bucket(
 
     with pool() as dataset:
         samples = {int(s["index"]): s for s in dataset}
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     repo_paths = [r.path for r in hub_standin.hub_requests if "/org/sim5-meta/" in r.path]
     bucket_paths = [r.path for r in hub_standin.hub_requests if "/org/sim5-data/" in r.path]
     assert repo_paths and all("/videos/" not in p and "/data/" not in p for p in repo_paths)
@@ -156,7 +134,7 @@ def test_split_roots_metadata_from_a_repo_revision_data_from_a_bucket(
     hub_standin.cdn_requests.clear()
     with pool() as dataset:
         again = {int(s["index"]): s for s in dataset}
-    _check_against_reference(again, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(again)
     resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
     assert len(resolves) == EPISODE_CAMERAS
     assert all("/buckets/org/sim5-data/" in r.path for r in resolves)
@@ -170,9 +148,7 @@ def test_index_cli_with_a_data_root_serves_the_next_training_run(
     capsys: pytest.CaptureFixture[str],
 ):
     _split(hub_standin, lerobot_fixture_root)
-    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
-    reread_hf_environment(monkeypatch)  # as a process started so would
-    monkeypatch.setenv("HF_TOKEN", hub_standin.token)
+    hub_standin.serve_as_the_hub(monkeypatch)
     root, data_root = "hf://datasets/org/sim5-meta@v1.0", "hf://buckets/org/sim5-data"
     argv = ["index", root, "--data-root", data_root, "--cache-dir", str(tmp_path)]
     assert main([*argv, "--no-progress"]) == 0

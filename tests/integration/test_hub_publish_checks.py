@@ -13,7 +13,6 @@ from episodestream.cli import main
 from episodestream.manifest import PUBLISHED_SIDECAR_PATH
 from episodestream.storage import publish_file
 from tests.plugins.storage import HubStandIn
-from tests.support.hf_env import reread_hf_environment
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,15 +22,7 @@ ROOT, DATA_ROOT = f"hf://datasets/{META_REPO}@release", f"hf://buckets/{DATA_BUC
 
 def _split(hub: HubStandIn, fixture_root: Path) -> None:
     """lerobot_sim5's meta/ on a repo's branch ``release``, data/ and videos/ in a bucket."""
-    files = {
-        str(p.relative_to(fixture_root)): p.read_bytes()
-        for p in sorted(fixture_root.rglob("*"))
-        if p.is_file()
-    }
-    hub.commit(META_REPO, {p: d for p, d in files.items() if p.startswith("meta/")}, ref="release")
-    for path, data in files.items():
-        if not path.startswith("meta/"):
-            hub.put_bucket_file(DATA_BUCKET, path, data)
+    hub.split_dataset(fixture_root, META_REPO, DATA_BUCKET, ref="release")
 
 
 def _published_line(out: str) -> str:
@@ -48,9 +39,7 @@ def test_inspect_with_a_data_root_finds_the_sidecar_beside_meta(
     _split(hub_standin, lerobot_fixture_root)
     # a stray file where the data root would hold a sidecar: never the one reported
     hub_standin.put_bucket_file(DATA_BUCKET, PUBLISHED_SIDECAR_PATH, b"not an arrow file")
-    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
-    monkeypatch.setenv("HF_TOKEN", hub_standin.token)
-    reread_hf_environment(monkeypatch)  # as a process started so would
+    hub_standin.serve_as_the_hub(monkeypatch)
     inspect = ["inspect", ROOT, "--data-root", DATA_ROOT, "--cache-dir", str(tmp_path / "u")]
 
     assert main(inspect) == 0

@@ -56,6 +56,18 @@ class LeRobotReference:
     def keys(arrays: dict[str, np.ndarray]) -> set[str]:
         return set(arrays) - set(LeRobotReference.NOT_KEYS)
 
+    def assert_whole_epoch(self, samples: dict[int, dict[str, Any]]) -> None:
+        """``samples`` (float32, by index) are lerobot_sim5's whole epoch, every frame once,
+        and those LeRobot returned equal its answers (two cameras' pixels, the action)."""
+        arrays = self.samples
+        assert sorted(samples) == list(range(244))
+        for row, index in enumerate(arrays["request_index"].tolist()):
+            sample = samples[index]
+            for key in ("observation.images.cam_high", "observation.images.cam_right_wrist"):
+                expected = arrays[key][row].astype(np.float32) / 255
+                assert np.array_equal(sample[key].numpy(), expected), (index, key)
+            assert np.array_equal(sample["action"].numpy(), arrays["action"][row])
+
 
 @pytest.fixture(scope="session")
 def datasets_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -28,9 +28,12 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+
+from tests.support.hf_env import reread_hf_environment
 
 # A handler never sleeps longer than this, whatever a test asks, so a server thread cannot hang.
 MAX_STALL_SECONDS = 5.0
@@ -590,6 +593,25 @@ class HubStandIn:
             self._blobs[xet_hash] = data
             self._buckets.setdefault(bucket_id, {})[path] = xet_hash
             self._bucket_times[(bucket_id, path)] = stamp
+
+    def split_dataset(self, root: Path, repo_id: str, bucket_id: str, *, ref: str) -> None:
+        """The local dataset at ``root`` split as a Hub user may keep it: ``meta/`` committed
+        to ``repo_id`` on ``ref``, ``data/`` and ``videos/`` in the bucket ``bucket_id``."""
+        files = {
+            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        }
+        self.commit(repo_id, {p: d for p, d in files.items() if p.startswith("meta/")}, ref=ref)
+        for path, data in files.items():
+            if not path.startswith("meta/"):
+                self.put_bucket_file(bucket_id, path, data)
+
+    def serve_as_the_hub(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``HF_ENDPOINT`` and ``HF_TOKEN`` name this stand-in and its token for the rest of
+        the test, read again as a freshly started process would (the CLI finds the Hub and
+        the token as huggingface_hub does)."""
+        monkeypatch.setenv("HF_ENDPOINT", self.endpoint)
+        monkeypatch.setenv("HF_TOKEN", self.token)
+        reread_hf_environment(monkeypatch)
 
     def expire_signatures(self) -> None:
         """Move the CDN's clock past every signature issued so far."""
