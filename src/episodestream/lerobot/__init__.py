@@ -1,5 +1,6 @@
 """LeRobot v3 layer: dataset metadata and per-episode Parquet rows, read through a RangeReader."""
 
+from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, FeatureKind
 from episodestream.lerobot._lerobot_view import (
     LeRobotEpisodes,
@@ -19,6 +20,7 @@ from episodestream.lerobot._rows import DEFAULT_ROW_CACHE_BYTES, EpisodeRowReade
 __all__ = [
     "DEFAULT_ROW_CACHE_BYTES",
     "DatasetMeta",
+    "EpisodeRowLookup",
     "EpisodeRowReader",
     "EpisodeTable",
     "Feature",

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodestream.errors import DatasetFormatError, NotFound, StorageError
+from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, parse_features
 from episodestream.lerobot._paths import check_template, resolve_template
 from episodestream.lerobot._rangefile import open_arrow_file
@@ -77,15 +78,10 @@ class EpisodeTable:
     data_file_index: np.ndarray
     videos: tuple[VideoColumns, ...]
     tasks: tuple[tuple[str, ...], ...]
-    _dense: bool = field(init=False, repr=False)
+    _lookup: EpisodeRowLookup = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        n = len(self.episode_index)
-        object.__setattr__(
-            self,
-            "_dense",
-            bool(n == 0 or (self.episode_index[0] == 0 and self.episode_index[-1] == n - 1)),
-        )
+        object.__setattr__(self, "_lookup", EpisodeRowLookup(self.episode_index, "the dataset"))
 
     def __len__(self) -> int:
         return len(self.episode_index)
@@ -96,27 +92,11 @@ class EpisodeTable:
         Raises:
             KeyError: no such episode.
         """
-        n = len(self.episode_index)
-        if self._dense:
-            if 0 <= episode_index < n:
-                return int(episode_index)
-        else:
-            position = int(np.searchsorted(self.episode_index, episode_index))
-            if position < n and self.episode_index[position] == episode_index:
-                return position
-        raise KeyError(f"no episode {episode_index} in the dataset")
+        return self._lookup.row(episode_index)
 
     def rows(self, episode_indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rows of many episodes at once (vectorized :meth:`row`)."""
-        wanted = np.asarray(episode_indices, dtype=np.int64)
-        positions = wanted if self._dense else np.searchsorted(self.episode_index, wanted)
-        n = len(self.episode_index)
-        bad = (positions < 0) | (positions >= n)
-        if not bad.any():
-            bad = self.episode_index[positions] != wanted
-        if bad.any():
-            raise KeyError(f"no episode {int(wanted[np.argmax(bad)])} in the dataset")
-        return positions.astype(np.int64, copy=False)
+        return self._lookup.rows(episode_indices)
 
     def video(self, key: str) -> VideoColumns:
         """Columns of camera ``key``."""
