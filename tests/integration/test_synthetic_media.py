@@ -7,6 +7,7 @@ import dataclasses
 import json
 import struct
 import subprocess
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,7 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from episodestream.synthetic import DEMO_SPEC, read_frame_camera, read_frame_identity
+from episodestream.synthetic import (
+    DEMO_SPEC,
+    SyntheticSpec,
+    read_frame_camera,
+    read_frame_identity,
+)
 from tests.plugins.synthetic import (
     SYNTHETIC_AV1_SPEC,
     SYNTHETIC_H264_SPEC,
@@ -52,6 +58,15 @@ def _video_files(root: Path, key: str) -> dict[Path, list[dict]]:
         path = root / f"videos/{key}/chunk-{chunk:03d}/file-{file:03d}.mp4"
         files.setdefault(path, []).append(row)
     return files
+
+
+def _each_video_file(
+    root: Path, spec: SyntheticSpec
+) -> Iterator[tuple[int, str, Path, list[dict]]]:
+    """(camera number, camera key, path, episode rows) of every video file, camera by camera."""
+    for camera, key in enumerate(spec.cameras):
+        for path, rows in _video_files(root, key).items():
+            yield camera, key, path, rows
 
 
 def _top_level_boxes(path: Path) -> list[str]:
@@ -95,37 +110,35 @@ def _ffprobe(path: Path) -> dict:
 def test_ffprobe_sees_the_requested_stream(fixture: str, request: pytest.FixtureRequest) -> None:
     root: Path = request.getfixturevalue(fixture)
     spec = FIXTURES[fixture]
-    for key in spec.cameras:
-        for path, rows in _video_files(root, key).items():
-            probe = _ffprobe(path)
-            (stream,) = probe["streams"]
-            assert stream["codec_name"] == spec.codec
-            assert (stream["width"], stream["height"]) == (spec.width, spec.height)
-            assert stream["pix_fmt"] == "yuv420p"
-            assert Fraction(stream["r_frame_rate"]) == spec.fps
-            # LeRobot's files use a 1/15360 track timescale at 30 fps; FFmpeg picks the same
-            assert stream["time_base"] == "1/15360"
-            assert int(stream["nb_read_packets"]) == sum(r["length"] for r in rows)
-            reordered = any(p["pts"] != p["dts"] for p in probe["packets"])
-            # H.264/HEVC carry B-frames (decode order differs from presentation order)
-            assert reordered == (spec.codec in ("h264", "hevc")), path
-            boxes = _top_level_boxes(path)
-            moov, mdat = boxes.index("moov"), boxes.index("mdat")
-            assert (moov < mdat) == (spec.moov == "start"), boxes
+    for _, _, path, rows in _each_video_file(root, spec):
+        probe = _ffprobe(path)
+        (stream,) = probe["streams"]
+        assert stream["codec_name"] == spec.codec
+        assert (stream["width"], stream["height"]) == (spec.width, spec.height)
+        assert stream["pix_fmt"] == "yuv420p"
+        assert Fraction(stream["r_frame_rate"]) == spec.fps
+        # LeRobot's files use a 1/15360 track timescale at 30 fps; FFmpeg picks the same
+        assert stream["time_base"] == "1/15360"
+        assert int(stream["nb_read_packets"]) == sum(r["length"] for r in rows)
+        reordered = any(p["pts"] != p["dts"] for p in probe["packets"])
+        # H.264/HEVC carry B-frames (decode order differs from presentation order)
+        assert reordered == (spec.codec in ("h264", "hevc")), path
+        boxes = _top_level_boxes(path)
+        moov, mdat = boxes.index("moov"), boxes.index("mdat")
+        assert (moov < mdat) == (spec.moov == "start"), boxes
 
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
 def test_torchcodec_opens_every_file(fixture: str, request: pytest.FixtureRequest) -> None:
     root: Path = request.getfixturevalue(fixture)
     spec = FIXTURES[fixture]
-    for key in spec.cameras:
-        for path, rows in _video_files(root, key).items():
-            decoder = VideoDecoder(str(path))
-            meta = decoder.metadata
-            assert meta.codec == spec.codec
-            assert (meta.width, meta.height) == (spec.width, spec.height)
-            assert meta.average_fps == pytest.approx(spec.fps)
-            assert len(decoder) == sum(r["length"] for r in rows)
+    for _, _, path, rows in _each_video_file(root, spec):
+        decoder = VideoDecoder(str(path))
+        meta = decoder.metadata
+        assert meta.codec == spec.codec
+        assert (meta.width, meta.height) == (spec.width, spec.height)
+        assert meta.average_fps == pytest.approx(spec.fps)
+        assert len(decoder) == sum(r["length"] for r in rows)
 
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
@@ -134,19 +147,18 @@ def test_every_frame_carries_its_identity(fixture: str, request: pytest.FixtureR
     root: Path = request.getfixturevalue(fixture)
     spec = FIXTURES[fixture]
     checked = 0
-    for camera, key in enumerate(spec.cameras):
-        for path, rows in _video_files(root, key).items():
-            decoder = VideoDecoder(str(path))
-            batch = decoder.get_frames_in_range(0, len(decoder))
-            pts = batch.pts_seconds.numpy()
-            for row in rows:
-                start = row[f"videos/{key}/from_timestamp"]
-                for frame in range(row["length"]):
-                    wanted = start + frame / spec.fps
-                    position = int(np.argmin(np.abs(pts - wanted)))
-                    assert abs(pts[position] - wanted) < 1e-4, (path, row["episode_index"], frame)
-                    image = batch.data[position]
-                    assert read_frame_identity(image) == (row["episode_index"], frame)
-                    assert read_frame_camera(image) == camera
-                    checked += 1
+    for camera, key, path, rows in _each_video_file(root, spec):
+        decoder = VideoDecoder(str(path))
+        batch = decoder.get_frames_in_range(0, len(decoder))
+        pts = batch.pts_seconds.numpy()
+        for row in rows:
+            start = row[f"videos/{key}/from_timestamp"]
+            for frame in range(row["length"]):
+                wanted = start + frame / spec.fps
+                position = int(np.argmin(np.abs(pts - wanted)))
+                assert abs(pts[position] - wanted) < 1e-4, (path, row["episode_index"], frame)
+                image = batch.data[position]
+                assert read_frame_identity(image) == (row["episode_index"], frame)
+                assert read_frame_camera(image) == camera
+                checked += 1
     assert checked == len(spec.cameras) * int(spec.episode_lengths().sum())
