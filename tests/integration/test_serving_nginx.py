@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import random
 import socket
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -22,6 +21,7 @@ from episodestream.serving import (
     read_access_log,
     summarize_access,
 )
+from tests.plugins.serving import run_clients
 
 BLOB_BYTES = 3 * 1024 * 1024 + 17
 
@@ -266,9 +266,5 @@ def test_many_clients_at_once_get_exact_bytes(http_publish, blob_dir: Path) -> N
                 failures.append(f"{header}: {status}")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_clients(client, 8, timeout_s=30)
     assert failures == []

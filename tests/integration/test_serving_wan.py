@@ -23,6 +23,7 @@ import pytest
 
 from episodestream.errors import ServingError
 from episodestream.serving import NginxServer, WanEmulator, WanSettings, serve_dataset
+from tests.plugins.serving import run_clients
 
 MIB = 1024 * 1024
 BIG_BYTES = 16 * MIB + 123
@@ -204,11 +205,7 @@ def test_concurrent_connections_get_exact_bytes(
                 failures.append(f"{start}-{end}: {status}, {len(body)} bytes")
         conn.close()
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    run_clients(client, 8, timeout_s=60)
     assert failures == []
     assert emulator.stats().connections_opened - before.connections_opened == 8
 

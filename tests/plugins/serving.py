@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -69,3 +70,14 @@ def wan_emulator_factory(http_server: NginxServer) -> Iterator[WanEmulatorFactor
     yield make
     for emulator in emulators.values():
         emulator.close()
+
+
+def run_clients(client: Callable[[int], None], count: int, timeout_s: float) -> None:
+    """``client(0)``, ..., ``client(count - 1)`` at once, one thread each; fails when one is
+    still running after ``timeout_s``."""
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    assert not any(thread.is_alive() for thread in threads), f"a client ran past {timeout_s} s"
