@@ -240,6 +240,21 @@ def chaos_link(http_server: NginxServer) -> Iterator[tuple[FaultProxy, WanEmulat
         yield proxy, emulator
 
 
+@pytest.fixture
+def proxy(chaos_link: tuple[FaultProxy, WanEmulator]) -> FaultProxy:
+    return chaos_link[0]
+
+
+@pytest.fixture
+def av1_url(
+    chaos_link: tuple[FaultProxy, WanEmulator],
+    http_publish: Callable[..., str],
+    synthetic_av1: Path,
+) -> str:
+    """synthetic_av1 on the session's nginx, reached through the link and the fault proxy."""
+    return chaos_link[1].rebase_url(http_publish(synthetic_av1))
+
+
 def _reader_options(
     seed: int, failure_log: Path, retry: RetryPolicy = CHAOS_RETRY
 ) -> dict[str, Any]:
@@ -309,16 +324,9 @@ def stream_map_epoch(
 
 @pytest.mark.parametrize("seed", [11, 12, 13, 14, 15])
 def test_map_epoch_through_random_faults(
-    seed: int,
-    chaos_link: tuple[FaultProxy, WanEmulator],
-    http_publish: Callable[..., str],
-    synthetic_av1: Path,
-    reference: dict[int, Any],
-    tmp_path: Path,
+    seed: int, proxy: FaultProxy, av1_url: str, reference: dict[int, Any], tmp_path: Path
 ) -> None:
-    proxy, emulator = chaos_link
-    url = emulator.rebase_url(http_publish(synthetic_av1))
-    result = stream_map_epoch(url, proxy, reference, tmp_path, seed=seed, rate=CHAOS_RATE)
+    result = stream_map_epoch(av1_url, proxy, reference, tmp_path, seed=seed, rate=CHAOS_RATE)
     print(result.line(f"EpisodeStreamDataset seed {seed}"))
     assert sum(result.faults.values()) > 0, "the run saw no fault at all"
     assert_complete(result)
@@ -341,19 +349,13 @@ def test_the_retry_budget_is_sized_for_the_fault_rate() -> None:
 
 
 def test_a_reader_that_gives_up_early_fails(
-    chaos_link: tuple[FaultProxy, WanEmulator],
-    http_publish: Callable[..., str],
-    synthetic_av1: Path,
-    reference: dict[int, Any],
-    tmp_path: Path,
+    proxy: FaultProxy, av1_url: str, reference: dict[int, Any], tmp_path: Path
 ) -> None:
     """The negative check: the same run with no retries stops, and the completion check the
     chaos runs make fails on it; the stop is retries exhausted, naming the file and range."""
-    proxy, emulator = chaos_link
-    url = emulator.rebase_url(http_publish(synthetic_av1))
     no_retries = RetryPolicy(max_attempts=1, retry_after_max_seconds=1.0)
     result = stream_map_epoch(
-        url, proxy, reference, tmp_path, seed=11, rate=CHAOS_RATE, retry=no_retries
+        av1_url, proxy, reference, tmp_path, seed=11, rate=CHAOS_RATE, retry=no_retries
     )
     print(result.line("EpisodeStreamDataset seed 11, no retries"))
     with pytest.raises(AssertionError, match="the run stopped"):
@@ -416,23 +418,17 @@ def test_pool_epoch_through_random_faults(
 
 
 def test_harsh_faults_stop_with_a_typed_error_naming_file_and_range(
-    chaos_link: tuple[FaultProxy, WanEmulator],
-    http_publish: Callable[..., str],
-    synthetic_av1: Path,
-    reference: dict[int, Any],
-    tmp_path: Path,
+    proxy: FaultProxy, av1_url: str, reference: dict[int, Any], tmp_path: Path
 ) -> None:
     """Opened cleanly, then 60 % of requests fail and only 2 attempts are allowed: the epoch
     stops early, with a typed error naming the file and the byte range."""
-    proxy, emulator = chaos_link
-    url = emulator.rebase_url(http_publish(synthetic_av1))
     harsh = RetryPolicy(max_attempts=2, backoff_initial_seconds=0.01, retry_after_max_seconds=0.1)
     result = RunResult(expected=len(reference))
 
     def work() -> None:
         try:
             with EpisodeStreamDataset(
-                url,
+                av1_url,
                 cache_dir=tmp_path / "cache",
                 image_dtype="uint8",
                 byte_budget=BYTE_BUDGET,
@@ -522,22 +518,16 @@ def test_file_replaced_between_runs_is_caught_against_the_cached_index(
 
 
 def test_dataloader_workers_stream_through_random_faults(
-    chaos_link: tuple[FaultProxy, WanEmulator],
-    http_publish: Callable[..., str],
-    synthetic_av1: Path,
-    reference: dict[int, Any],
-    tmp_path: Path,
+    proxy: FaultProxy, av1_url: str, reference: dict[int, Any], tmp_path: Path
 ) -> None:
     """DataLoader(num_workers=2): workers forked from a process whose reader already holds
     connections (opening read the metadata and built the index) stream through the faults."""
-    proxy, emulator = chaos_link
-    url = emulator.rebase_url(http_publish(synthetic_av1))
     result = RunResult(expected=len(reference), budget=4 * BYTE_BUDGET)
     seen: set[int] = set()
 
     def work() -> None:
         with EpisodePoolDataset(
-            url,
+            av1_url,
             pool_size=2,
             prefetch_episodes=1,
             byte_budget=4 * BYTE_BUDGET,  # split between the two workers
