@@ -223,6 +223,16 @@ def _send_head(
         handler.wfile = io.BytesIO()  # type: ignore[assignment] # restored by do_HEAD
 
 
+def _send_status_fault(
+    handler: BaseHTTPRequestHandler, fault: Fault, record: RecordedRequest
+) -> None:
+    """A ``status`` fault's answer: its status, no body, its Retry-After when it has one."""
+    headers = {"Content-Length": "0"}
+    if fault.retry_after is not None:
+        headers["Retry-After"] = fault.retry_after
+    _send_head(handler, fault.status, headers, record)
+
+
 def _send_json(
     handler: BaseHTTPRequestHandler,
     status: int,
@@ -430,10 +440,7 @@ class FaultServer:
             entry = self._files.get(path)
         record.fault = fault.kind if fault else None
         if fault is not None and fault.kind == "status":
-            headers = {"Content-Length": "0"}
-            if fault.retry_after is not None:
-                headers["Retry-After"] = fault.retry_after
-            _send_head(handler, fault.status, headers, record)
+            _send_status_fault(handler, fault, record)
             return
         if fault is not None and fault.kind == "redirect":
             assert fault.location is not None
@@ -1261,10 +1268,7 @@ class HubStandIn:
             fault = self._cdn_faults.popleft() if self._cdn_faults else None
         record.fault = fault.kind if fault else None
         if fault is not None and fault.kind == "status":
-            headers = {"Content-Length": "0"}
-            if fault.retry_after is not None:
-                headers["Retry-After"] = fault.retry_after
-            _send_head(handler, fault.status, headers, record)
+            _send_status_fault(handler, fault, record)
             return
         # each CDN host has its own validator for the very same bytes
         etag = '"' + hashlib.md5(f"{blob}/{index}".encode()).hexdigest() + '"'
