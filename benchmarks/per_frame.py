@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -175,13 +176,19 @@ def _spawn(track: str, args: argparse.Namespace) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b:")
+
+
 class TrackFailed(RuntimeError):
     """A track's process failed; ``reason`` is the last line of its stderr (the exception)."""
 
     def __init__(self, track: str, stderr: str) -> None:
         lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        # the exception's own line: "package.module.SomeError: message" (a message may span
+        # more lines; the last one alone can be a detail such as a path)
+        raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
         self.track = track
-        self.reason = lines[-1] if lines else "no output"
+        self.reason = (raised or lines or ["no output"])[-1]
         super().__init__(f"{track} failed:\n{stderr[-3000:]}")
 
 
