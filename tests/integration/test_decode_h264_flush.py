@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
@@ -12,7 +15,8 @@ from episodestream.storage import LocalRangeReader
 from episodestream.synthetic import read_frame_identity
 
 
-def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path):
+def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="episodestream.decode")
     reader = LocalRangeReader(synthetic_h264)
     meta = load_dataset_meta(reader)
     manifest = open_manifest(reader, meta, cache_dir=tmp_path, progress=False)
@@ -27,3 +31,9 @@ def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path):
                     with open_decoder(clip.data, backend="torchcodec", threads=1) as decoder:
                         image = decoder.frames_at([times[frame]]).numpy()[0]
                     assert read_frame_identity(image) == (episode, frame)
+    # where the last resort was needed, it decoded a short run up to the frame, not the clip
+    runs = [
+        re.search(r"decoded frames (\d+)\.\.(\d+) instead", r.getMessage()) for r in caplog.records
+    ]
+    for start, last in [(int(m[1]), int(m[2])) for m in runs if m]:
+        assert last - start <= 64, (start, last)

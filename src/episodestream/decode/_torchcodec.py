@@ -40,6 +40,8 @@ _CLOSE_WAIT_S = 30.0
 # a returned frame's pts may differ from the one asked for by float rounding only
 _PTS_SLACK_S = 1e-6
 _SEEK_MODES = ("exact", "approximate")
+# last-resort runs (see _fetch) start this many frames before the first frame asked for
+_FALLBACK_RUN_BACK = (4, 16, 64)
 
 
 @functools.cache
@@ -77,6 +79,11 @@ def _as_tensor(source: bytes | bytearray | memoryview | torch.Tensor) -> torch.T
         # torch warns that a bytes object is not writable; the decoder only reads it
         warnings.simplefilter("ignore", UserWarning)
         return torch.frombuffer(source, dtype=torch.uint8)
+
+
+def _fallback_run_starts(first: int) -> list[int]:
+    """Where the last-resort runs start: 4, 16, then 64 frames before ``first``, then frame 0."""
+    return sorted({max(0, first - back) for back in _FALLBACK_RUN_BACK} | {0}, reverse=True)
 
 
 class _Frames:
@@ -223,13 +230,18 @@ class TorchcodecDecoder(ClipDecoderBase):
             if batch is not None:
                 return batch
         # Last resort: FFmpeg 5.1's H.264 decoder with one thread can fail a fresh seek to a
-        # frame still in the reorder buffer at end of stream, while decoding the run of frames
-        # up to it works; that run is at most one clip, and this path is rare.
-        run = np.arange(int(unique[-1]) + 1)
-        batch, _, _ = self._ask(run)
-        if batch is not None:
-            _LOG.info("%s: %s; decoded frames 0..%d instead", self._name, reason, run[-1])
-            return _Frames(batch.data[torch.from_numpy(unique).to(batch.data.device)])
+        # frame still in the reorder buffer at end of stream, while decoding a run of frames
+        # up to it works. A run that starts a few GOPs earlier is enough and costs a few GOPs;
+        # the whole clip (at most one episode) is the bound. Each run's frames are allocated,
+        # so the shortest that works wins.
+        last = int(unique[-1])
+        for start in _fallback_run_starts(int(unique[0])):
+            run = np.arange(start, last + 1)
+            batch, _, _ = self._ask(run)
+            if batch is not None:
+                _LOG.debug("%s: %s; decoded frames %d..%d instead", self._name, reason, start, last)
+                picked = torch.from_numpy(unique - start).to(batch.data.device)
+                return _Frames(batch.data[picked])
         raise DecodeError(
             f"{self._name}: torchcodec could not decode the frames at "
             f"{self._times[unique[:5]].round(6).tolist()} s: {reason}"
