@@ -4,19 +4,23 @@ fresh threads per pass.
 Run: ``python -m benchmarks.rss [--passes 50] [--episodes 3] [--budget 64MiB]``
 (on the cached demo dataset, local disk, so the figure is about memory, not the network).
 
-Two child processes run side by side, started together, each without ``MALLOC_ARENA_MAX``:
+Three child processes run side by side, started together, each without ``MALLOC_ARENA_MAX``:
 
 - ``kept``: every pass runs to its end, so the pool keeps its fetch, rows and decode threads
   for the next pass (what a training loop over epochs does);
 - ``per-pass``: every pass takes all its samples, then closes the iterator before it reports
   the end; a pass ended early stops its threads, so the next pass starts fresh ones (how
-  every pass ran before the threads were kept).
+  every pass ran before the threads were kept);
+- ``kept, no trim``: as ``kept`` with the heap trimmer (``decode/_heap.py``: ``malloc_trim``
+  when decoders close, at most once a second) turned off, as before it existed: the
+  reference for its RSS and its CPU cost.
 
 Each prints RSS after every pass; the report gives RSS(last)/RSS(2) per mode (target for
-``kept``: at most 1.01) and the two modes' growth side by side. ``--fixed-mmap-threshold`` adds
-a third child, ``kept`` with ``MALLOC_MMAP_THRESHOLD_=131072``: glibc then stops raising its
-mmap threshold as large blocks are freed, so large buffers (frames, clips) are mapped and
-unmapped instead of fragmenting the heaps; it tells how much of the growth left is that.
+``kept``: at most 1.01), CPU per sample against ``kept, no trim`` and the growth side by side.
+``--fixed-mmap-threshold`` adds a fourth child, ``kept, no trim`` with
+``MALLOC_MMAP_THRESHOLD_=131072``: glibc then stops raising its mmap threshold as large blocks
+are freed, so large buffers (frames, clips) are mapped and unmapped instead of fragmenting the
+heaps; it tells how much of the growth is that.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,7 @@ from typing import Literal
 import psutil
 
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
+from episodestream.decode import heap_trimmer
 from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
 __all__ = ["RssPass", "ThreadMode", "measure_rss_passes"]
@@ -46,9 +52,11 @@ __all__ = ["RssPass", "ThreadMode", "measure_rss_passes"]
 logger = logging.getLogger(__name__)
 ThreadMode = Literal["kept", "per-pass"]
 _MODES: tuple[ThreadMode, ...] = ("kept", "per-pass")
-#: the diagnostic child: kept threads, glibc's mmap threshold fixed at its default
-_FIXED = "kept+mmap128k"
+#: the diagnostic child: as ``_BEFORE`` with glibc's mmap threshold fixed at its default
+_FIXED = "kept, no trim, mmap128k"
 _FIXED_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+#: kept threads as before the heap trimmer: ``heap_trimmer()`` turned off
+_BEFORE = "kept, no trim"
 _MIB = 2**20
 #: bound on one child's whole run (50 passes of a few hundred samples take minutes)
 _CHILD_TIMEOUT_S = 3600.0
@@ -101,6 +109,9 @@ class RssPass:
     heap_free_mib: float | None
     cache_peak_mib: float
     decoder_peak_mib: float
+    heap_trims: int
+    trim_ms: float
+    minor_faults_per_sample: float
 
 
 def measure_rss_passes(
@@ -110,9 +121,12 @@ def measure_rss_passes(
     budget: str = "64MiB",
     threads: ThreadMode = "kept",
     cache_dir: str | None = None,
+    trim: bool = True,
 ) -> list[RssPass]:
-    """Iterate ``passes`` epochs of one pool dataset; RSS after each (after ``gc.collect``)."""
+    """Iterate ``passes`` epochs of one pool dataset; RSS after each (after ``gc.collect``).
+    ``trim=False`` turns the process's heap trimmer off (decode/_heap.py)."""
     root = ensure_synthetic_dataset(DEMO_SPEC)
+    heap_trimmer().enabled = trim
     process = psutil.Process()
     results = []
     with EpisodePoolDataset(
@@ -129,6 +143,8 @@ def measure_rss_passes(
         for epoch in range(passes):
             dataset.set_epoch(epoch)
             cpu_started = time.process_time()
+            trims_before = heap_trimmer().stats()
+            faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             iterator = iter(dataset)
             for _ in range(per_epoch):
                 next(iterator)
@@ -142,6 +158,8 @@ def measure_rss_passes(
                 iterator.close()  # before its end: the pass stops its threads
             del iterator
             cpu_s = time.process_time() - cpu_started
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+            trims = heap_trimmer().stats()
             gc.collect()
             in_use, free = _heap_mib()
             results.append(
@@ -155,6 +173,9 @@ def measure_rss_passes(
                     heap_free_mib=free,
                     cache_peak_mib=cache_peak / _MIB,
                     decoder_peak_mib=decoder_peak / _MIB,
+                    heap_trims=trims.trims - trims_before.trims,
+                    trim_ms=1000.0 * (trims.seconds - trims_before.seconds),
+                    minor_faults_per_sample=faults / per_epoch,
                 )
             )
             logger.info("%s pass %d: %s", threads, epoch + 1, results[-1])
@@ -167,9 +188,12 @@ def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.pop("GLIBC_TUNABLES", None)
     ensure_synthetic_dataset(DEMO_SPEC)  # written once, before the children race for it
-    runs: dict[str, tuple[ThreadMode, dict[str, str]]] = {mode: (mode, env) for mode in _MODES}
+    runs: dict[str, tuple[ThreadMode, dict[str, str], list[str]]] = {
+        mode: (mode, env, []) for mode in _MODES
+    }
+    runs[_BEFORE] = ("kept", env, ["--no-trim"])
     if args.fixed_mmap_threshold:
-        runs[_FIXED] = ("kept", {**env, **_FIXED_ENV})
+        runs[_FIXED] = ("kept", {**env, **_FIXED_ENV}, ["--no-trim"])
     children = {
         name: subprocess.Popen(
             [
@@ -184,12 +208,13 @@ def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
                 str(args.episodes),
                 "--budget",
                 args.budget,
+                *extra,
             ],
             stdout=subprocess.PIPE,
             text=True,
             env=child_env,
         )
-        for name, (mode, child_env) in runs.items()
+        for name, (mode, child_env, extra) in runs.items()
     }
     results = {}
     try:
@@ -206,6 +231,10 @@ def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
     return results
 
 
+def _median_rss(passes: list[RssPass]) -> float:
+    return statistics.median(p.rss_after_mib for p in passes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--passes", type=int, default=50)
@@ -213,13 +242,18 @@ def main() -> None:
     parser.add_argument("--budget", default="64MiB")
     parser.add_argument("--fixed-mmap-threshold", action="store_true")
     parser.add_argument("--child", choices=_MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parse_bytes(args.budget)
     if args.passes < 2:
         parser.error("--passes must be at least 2 (the report divides by pass 2)")
     if args.child:
         passes = measure_rss_passes(
-            passes=args.passes, episodes=args.episodes, budget=args.budget, threads=args.child
+            passes=args.passes,
+            episodes=args.episodes,
+            budget=args.budget,
+            threads=args.child,
+            trim=not args.no_trim,
         )
         print(json.dumps([asdict(p) for p in passes]))
         return
@@ -237,6 +271,15 @@ def main() -> None:
         rss = [p.rss_after_mib for p in results[mode]]
         cells = " | ".join(f"{rss[n - 1]:.1f}" for n in shown)
         print(f"| {mode} | {cells} | {rss[-1] / rss[1]:.4f} |")
+    # one pass's RSS swings with the moment of the last trim: the medians of ten passes too
+    tail = max(1, min(10, args.passes - 1))
+    print(
+        f"median RSS of the last {tail} passes / median of passes 2..{tail + 1}: "
+        + ", ".join(
+            f"{mode} {_median_rss(p[-tail:]) / _median_rss(p[1 : tail + 1]):.4f}"
+            for mode, p in results.items()
+        )
+    )
     for mode in results:
         counts = sorted({p.threads for p in results[mode]})
         print(f"{mode}: live threads after each pass: {counts}")
@@ -244,10 +287,21 @@ def main() -> None:
         mode: statistics.median(p.cpu_ms_per_sample for p in passes[1:])
         for mode, passes in results.items()
     }
+    base = cpu[_BEFORE]
     print(
         "CPU ms per sample, median of passes 2..n: "
-        + ", ".join(f"{mode} {ms:.2f} ({ms / cpu['kept']:.3f}x kept)" for mode, ms in cpu.items())
+        + ", ".join(f"{mode} {ms:.2f} ({ms / base:.3f}x {_BEFORE})" for mode, ms in cpu.items())
     )
+    for mode, passes in results.items():
+        trims = sum(p.heap_trims for p in passes)
+        trim_ms = sum(p.trim_ms for p in passes)
+        cpu_ms = sum(p.cpu_ms_per_sample * p.samples for p in passes)
+        faults = statistics.median(p.minor_faults_per_sample for p in passes[1:])
+        print(
+            f"{mode}: malloc_trim {trims} calls in {len(passes)} passes, {trim_ms:.1f} ms "
+            f"({trim_ms / cpu_ms:.4f} of the run's CPU); minor page faults per sample, median "
+            f"of passes 2..n: {faults:.1f}"
+        )
     for mode, passes in results.items():
         first, last = passes[1], passes[-1]
         if first.heap_in_use_mib is not None and last.heap_in_use_mib is not None:
@@ -257,11 +311,10 @@ def main() -> None:
                 f"{last.heap_in_use_mib - first.heap_in_use_mib:+.1f} MiB, free inside the "
                 f"heaps {last.heap_free_mib - first.heap_free_mib:+.1f} MiB"
             )
-    kept = [p.rss_after_mib for p in results["kept"]]
-    fresh = [p.rss_after_mib for p in results["per-pass"]]
+    growth = {mode: p[-1].rss_after_mib - p[1].rss_after_mib for mode, p in results.items()}
     print(
-        f"growth from pass 2 to {args.passes}: kept {kept[-1] - kept[1]:+.1f} MiB, "
-        f"per-pass {fresh[-1] - fresh[1]:+.1f} MiB"
+        f"RSS growth from pass 2 to {args.passes}: "
+        + ", ".join(f"{mode} {mib:+.1f} MiB" for mode, mib in growth.items())
     )
     print(
         json.dumps(

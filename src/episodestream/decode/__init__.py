@@ -5,6 +5,7 @@
   frames, :func:`to_float` turns them into LeRobot's float32 in [0, 1].
 - :class:`DecoderPool` keeps open decoders for reuse (bounded by count and bytes) and leases
   each to one thread at a time; :class:`DecodeExecutor` decodes on a few threads.
+- :func:`heap_trimmer` hands glibc's free heap pages back when decoders close (rate-limited).
 """
 
 from episodestream.decode._base import (
@@ -18,6 +19,7 @@ from episodestream.decode._base import (
     to_float,
 )
 from episodestream.decode._executor import DEFAULT_DECODE_THREADS, DecodeExecutor
+from episodestream.decode._heap import HeapTrimmer, HeapTrimStats, heap_trimmer
 from episodestream.decode._open import available_backends, open_decoder, resolve_backend
 from episodestream.decode._pool import (
     DecoderLease,
@@ -38,11 +40,14 @@ __all__ = [
     "DecoderLease",
     "DecoderPool",
     "DecoderPoolStats",
+    "HeapTrimStats",
+    "HeapTrimmer",
     "PyAVDecoder",
     "SeekMode",
     "TorchcodecDecoder",
     "available_backends",
     "demux_frame_times",
+    "heap_trimmer",
     "nearest_frame_indices",
     "open_decoder",
     "resolve_backend",

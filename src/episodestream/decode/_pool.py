@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 
 from episodestream._checks import check_int
 from episodestream.decode._base import Decoder
+from episodestream.decode._heap import HeapTrimmer, heap_trimmer
 from episodestream.errors import DecodeError, FrameNotFoundError
 
 __all__ = [
@@ -109,7 +110,8 @@ class DecoderPool(Generic[K]):
     least-recently-used order and closed when the open decoders exceed ``max_decoders`` or
     their summed ``nbytes`` exceeds ``max_bytes``. Leased decoders are never closed under their
     user, so while more than the bounds are leased at once the pool runs over them until
-    enough leases end.
+    enough leases end. Whenever it closes decoders it asks ``trimmer`` (the process's
+    :func:`heap_trimmer` by default) to hand free heap pages back.
 
     Usage::
 
@@ -122,11 +124,13 @@ class DecoderPool(Generic[K]):
         *,
         max_decoders: int = DEFAULT_POOL_MAX_DECODERS,
         max_bytes: int = DEFAULT_POOL_MAX_BYTES,
+        trimmer: HeapTrimmer | None = None,
     ) -> None:
         max_decoders = check_int("max_decoders", max_decoders, minimum=1)
         max_bytes = check_int("max_bytes", max_bytes, minimum=1)
         self._max_decoders = max_decoders
         self._max_bytes = max_bytes
+        self._trimmer = heap_trimmer() if trimmer is None else trimmer
         self._lock = threading.Lock()
         self._idle: OrderedDict[int, _Entry[K]] = OrderedDict()  # id(entry), oldest first
         self._idle_by_key: dict[K, list[_Entry[K]]] = {}
@@ -297,3 +301,7 @@ class DecoderPool(Generic[K]):
                 entry.decoder.close()
             except Exception:  # one decoder failing to close must not leak the others
                 _LOG.warning("error closing decoder %s", entry.decoder.name, exc_info=True)
+        if entries:
+            # decoders close when an episode leaves: the moment its frames and decoder state
+            # have been freed, so free pages are handed back (rate-limited, decode/_heap.py)
+            self._trimmer.maybe_trim()
