@@ -272,7 +272,7 @@ def main() -> None:
         cells = " | ".join(f"{rss[n - 1]:.1f}" for n in shown)
         print(f"| {mode} | {cells} | {rss[-1] / rss[1]:.4f} |")
     # one pass's RSS swings with the moment of the last trim: the medians of ten passes too
-    tail = max(1, min(10, args.passes - 1))
+    tail = max(1, min(10, (args.passes - 1) // 2))  # two windows that do not overlap
     print(
         f"median RSS of the last {tail} passes / median of passes 2..{tail + 1}: "
         + ", ".join(
