@@ -3,6 +3,7 @@ parameter (and the offending value), raised when the dataset is built, not mid-t
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,13 @@ import pytest
 import torch
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
+from episodestream.datasets import _pool
 from episodestream.errors import (
     BudgetError,
+    ConfigError,
+    ConfigTypeError,
     DatasetFormatError,
+    DecodeError,
     EpisodeStreamError,
     LocationError,
     SamplingError,
@@ -77,9 +82,6 @@ def test_bad_argument_is_a_clear_typed_error(
         ({"pool_size": -3}, "pool_size must be >= 1, got -3"),
         ({"pool_size": 2.5}, "pool_size must be an integer"),
         ({"seed": -1}, "seed must be >= 0"),
-        ({"prefetch_episodes": -1}, "prefetch_episodes must be >= 0"),
-        ({"decode_threads": -1}, "decode_threads must be >= 0"),
-        ({"max_pending_samples": 0}, "max_pending_samples must be >= 1"),
     ],
 )
 def test_bad_pool_parameter_is_a_sampling_error(
@@ -87,6 +89,56 @@ def test_bad_pool_parameter_is_a_sampling_error(
 ) -> None:
     with pytest.raises(SamplingError, match=message):
         EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"prefetch_episodes": -1}, ConfigError, "prefetch_episodes must be >= 0"),
+        ({"prefetch_episodes": 1.5}, ConfigTypeError, "prefetch_episodes must be an int"),
+        ({"decode_threads": -1}, ConfigError, "decode_threads must be >= 0"),
+        ({"decode_threads": "2"}, ConfigTypeError, "decode_threads must be an int"),
+        ({"max_pending_samples": 0}, ConfigError, "max_pending_samples must be >= 1"),
+        ({"max_pending_samples": "a"}, ConfigTypeError, "max_pending_samples must be an int"),
+        ({"window_frames": 0}, ConfigError, "window_frames must be >= 1"),
+    ],
+)
+def test_bad_pool_setting_is_a_config_error(
+    kwargs: dict[str, Any],
+    error: type[ConfigError],
+    message: str,
+    lerobot_fixture_root: Path,
+    datasets_cache_dir: Path,
+) -> None:
+    with pytest.raises(error, match=message) as caught:
+        EpisodePoolDataset(lerobot_fixture_root, cache_dir=datasets_cache_dir, **kwargs)
+    assert type(caught.value) is error  # a bad value is not a bad type, and the reverse
+
+
+def test_a_sample_not_decoded_in_time_is_a_decode_error_naming_it(
+    lerobot_fixture_root: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def stuck(image: torch.Tensor) -> torch.Tensor:
+        release.wait()  # a decode thread that never finishes the sample in time
+        return image
+
+    monkeypatch.setattr(_pool, "DEFAULT_SAMPLE_TIMEOUT_S", 0.2)
+    pool = EpisodePoolDataset(
+        lerobot_fixture_root,
+        cache_dir=datasets_cache_dir,
+        image_transforms=stuck,
+        max_pending_samples=1,
+    )
+    try:
+        with pytest.raises(
+            DecodeError, match=r"episode \d+ frame \d+ was not decoded within 0.2 s"
+        ):
+            next(iter(pool))
+    finally:
+        release.set()
+        pool.close()
 
 
 def test_budget_too_small_for_the_pool_names_pool_size(

@@ -181,3 +181,29 @@ def test_dataset_index_of_the_wrong_type_is_a_config_type_error():
     dataset = EpisodeStreamDataset(_fixture_root())
     with pytest.raises(ConfigTypeError, match="index must be an int, got str"):
         dataset["0"]
+
+
+# --- EpisodePoolDataset's own settings and StreamOptions' paths and flags (review items) ---
+
+POOL_AND_OPTION_ARGUMENTS = [
+    (EpisodePoolDataset, {"max_pending_samples": "a"}, ConfigTypeError, "max_pending_samples"),
+    (EpisodePoolDataset, {"max_pending_samples": 0}, ConfigError, "max_pending_samples"),
+    (EpisodePoolDataset, {"prefetch_episodes": -1}, ConfigError, "prefetch_episodes"),
+    (EpisodePoolDataset, {"prefetch_episodes": 2.0}, ConfigTypeError, "prefetch_episodes"),
+    (EpisodePoolDataset, {"decode_threads": "2"}, ConfigTypeError, "decode_threads"),
+    (EpisodePoolDataset, {"window_frames": 0}, ConfigError, "window_frames"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "error", "name"),
+    POOL_AND_OPTION_ARGUMENTS,
+    ids=[
+        f"{c.__name__}-{n}-{next(iter(k.values()))!r}" for c, k, _, n in POOL_AND_OPTION_ARGUMENTS
+    ],
+)
+def test_dataset_settings_are_config_errors_naming_the_argument(cls, kwargs, error, name):
+    with pytest.raises(error) as raised:
+        cls(_fixture_root(), **kwargs)
+    assert type(raised.value) is error
+    assert name in str(raised.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import logging
 import multiprocessing
@@ -267,21 +268,13 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         self.params = PoolParams(
             pool_size=pool_size, seed=0 if seed is None else seed, shuffle=shuffle
         )
-        if isinstance(prefetch_episodes, bool) or not isinstance(prefetch_episodes, int):
-            raise SamplingError(f"prefetch_episodes must be an int >= 0, got {prefetch_episodes!r}")
-        if prefetch_episodes < 0:
-            raise SamplingError(f"prefetch_episodes must be >= 0, got {prefetch_episodes}")
-        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int):
-            raise SamplingError(f"decode_threads must be an int >= 0, got {decode_threads!r}")
-        if decode_threads < 0:
-            raise SamplingError(f"decode_threads must be >= 0, got {decode_threads}")
-        self.prefetch_episodes = prefetch_episodes
-        self.decode_threads = decode_threads
+        self.prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
+        self.decode_threads = check_int("decode_threads", decode_threads, minimum=0)
         self.max_pending_samples = (
-            max_pending_samples if max_pending_samples is not None else 4 * max(decode_threads, 1)
+            check_int("max_pending_samples", max_pending_samples, minimum=1)
+            if max_pending_samples is not None
+            else 4 * max(self.decode_threads, 1)
         )
-        if self.max_pending_samples < 1:
-            raise SamplingError(f"max_pending_samples must be >= 1, got {max_pending_samples}")
         self._rank_args = (rank, world_size)
         self.options = dataset_options(
             "EpisodePoolDataset",
@@ -669,8 +662,15 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
             if kind == "leave":  # every sample of the episode is out: close its decoders
                 engine.forget(item)
                 return None
-            episode, future = item
-            sample = future.result(timeout=DEFAULT_SAMPLE_TIMEOUT_S)
+            episode, frame, future = item
+            # wait first, then take the result: a TimeoutError the sample raised itself (a
+            # StorageTimeout reading its rows) is its own error, not this wait running out
+            if not concurrent.futures.wait([future], timeout=DEFAULT_SAMPLE_TIMEOUT_S).done:
+                raise DecodeError(
+                    f"{self.name.location.url}: episode {episode} frame {frame} was not "
+                    f"decoded within {DEFAULT_SAMPLE_TIMEOUT_S:g} s"
+                )
+            sample = future.result()
             metrics.sample(episode)
             self._yielded += 1
             return sample
@@ -702,7 +702,7 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
                 future: Future[dict[str, Any]] = executor.submit(
                     build, episode, event.frame_index, resident
                 )
-                pending.append(("sample", (episode, future)))
+                pending.append(("sample", (episode, event.frame_index, future)))
                 while len(pending) > self.max_pending_samples:
                     sample = pop()
                     if sample is not None:
