@@ -192,6 +192,11 @@ POOL_AND_OPTION_ARGUMENTS = [
     (EpisodePoolDataset, {"prefetch_episodes": 2.0}, ConfigTypeError, "prefetch_episodes"),
     (EpisodePoolDataset, {"decode_threads": "2"}, ConfigTypeError, "decode_threads"),
     (EpisodePoolDataset, {"window_frames": 0}, ConfigError, "window_frames"),
+    (EpisodeStreamDataset, {"sidecar": 5}, ConfigTypeError, "sidecar"),
+    (EpisodeStreamDataset, {"cache_dir": 5}, ConfigTypeError, "cache_dir"),
+    (EpisodeStreamDataset, {"build_index": "no"}, ConfigTypeError, "build_index"),
+    (EpisodePoolDataset, {"progress": 1}, ConfigTypeError, "progress"),
+    (EpisodeStreamDataset, {"data_root": 5}, ConfigTypeError, "data_root"),
 ]
 
 
@@ -207,3 +212,14 @@ def test_dataset_settings_are_config_errors_naming_the_argument(cls, kwargs, err
         cls(_fixture_root(), **kwargs)
     assert type(raised.value) is error
     assert name in str(raised.value)
+
+
+def test_stream_options_take_paths_and_bools_for_its_paths_and_flags():
+    options = StreamOptions(sidecar=Path("/x/i.arrow"), cache_dir="/x", build_index=False)
+    assert (options.sidecar, options.cache_dir, options.build_index) == (
+        Path("/x/i.arrow"),
+        "/x",
+        False,
+    )
+    with pytest.raises(ConfigTypeError, match="progress must be a bool, got None"):
+        StreamOptions(progress=None)

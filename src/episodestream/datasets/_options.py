@@ -93,6 +93,7 @@ class StreamOptions:
         wait_timeout_s: bound on waiting for one episode's bytes.
         sidecar: explicit sidecar index path; cache_dir: local cache folder for sidecars.
         build_index: build the manifest from the videos when no sidecar is usable.
+        progress: show a progress bar on stderr while the manifest is built (on a terminal).
         reader_options: how the reader reaches the store: a
             :class:`~episodestream.storage.ReaderOptions` (token, timeouts, limits, retry,
             storage_options for fsspec, ...) or a dict of its fields.
@@ -135,8 +136,13 @@ class StreamOptions:
             value = getattr(self, name)
             if not (isinstance(value, str) or (value is None and name == "revision")):
                 raise ConfigTypeError(f"{name} must be a str, got {value!r}")
-        if self.data_root is not None and not isinstance(self.data_root, str | os.PathLike):
-            raise ConfigTypeError(f"data_root must be a str or path, got {self.data_root!r}")
+        for name in ("sidecar", "cache_dir", "data_root"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | os.PathLike):
+                raise ConfigTypeError(f"{name} must be a str or path, got {value!r}")
+        for name in ("build_index", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigTypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         # typed at once: a misspelt option fails here, naming it, not when a reader opens
         object.__setattr__(
             self, "reader_options", ReaderOptions.coerce(self.reader_options, what="reader_options")
