@@ -22,7 +22,7 @@ from episodestream.datasets._options import StreamOptions, resolve_stream_option
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigError, ConfigTypeError
 from episodestream.lerobot import DatasetMeta, LeRobotMetadata
-from episodestream.storage import BaseRangeReader, Location, RangeReader
+from episodestream.storage import BaseRangeReader, Location
 
 __all__ = [
     "LEROBOT_NO_EFFECT_ARGS",
@@ -88,7 +88,7 @@ def resolve_dataset_name(
     root: str | os.PathLike[str] | Location | None,
     *,
     repo_type: str = "dataset",
-    reader: RangeReader | None = None,
+    reader: BaseRangeReader | None = None,
 ) -> DatasetName:
     """Accept both our spelling (``Dataset(root)``) and LeRobot's (``Dataset(repo_id,
     root=...)``; without ``root``, ``repo_id`` streams from the Hub). A dataset handed a
@@ -96,6 +96,8 @@ def resolve_dataset_name(
 
     Raises:
         ConfigError: neither given (nor a reader), or ``repo_type`` unknown.
+        ConfigTypeError: ``reader`` is not a :class:`BaseRangeReader` (the one check of it:
+            the datasets name themselves before they open anything through it).
     """
     if repo_type not in ("dataset", "bucket"):
         raise ConfigError(f"repo_type must be 'dataset' or 'bucket', got {repo_type!r}")

@@ -19,7 +19,6 @@ from episodestream.decode import DecoderPool, open_decoder, resolve_backend
 from episodestream.errors import (
     BudgetError,
     ConfigError,
-    ConfigTypeError,
     DatasetFormatError,
     LocationError,
     SamplingError,
@@ -72,7 +71,7 @@ def open_dataset(
     options: StreamOptions,
     *,
     root_label: str | None = None,
-    reader: RangeReader | None = None,
+    reader: BaseRangeReader | None = None,
 ) -> OpenedDataset:
     """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest.
 
@@ -159,7 +158,7 @@ def open_for_samples(
     image_dtype: ImageDtype,
     image_transforms: ImageTransform | None,
     resident_episodes: int,
-    reader: RangeReader | None = None,
+    reader: BaseRangeReader | None = None,
 ) -> tuple[OpenedDataset, SampleBuilder]:
     """What both dataset classes open first: the dataset, its sample builder, and a budget
     check for ``resident_episodes`` pinned at once; the reader is closed on any error."""
@@ -189,14 +188,10 @@ def open_for_samples(
 
 
 def _open_through(
-    reader: RangeReader, location: Location, options: StreamOptions, root_label: str | None
-) -> tuple[RangeReader, DatasetMeta]:
-    """The metadata of a dataset read through a reader the caller opened (and keeps)."""
-    if not isinstance(reader, BaseRangeReader):
-        raise ConfigTypeError(
-            f"reader must be a RangeReader (a BaseRangeReader subclass), "
-            f"got {type(reader).__name__}"
-        )
+    reader: BaseRangeReader, location: Location, options: StreamOptions, root_label: str | None
+) -> tuple[BaseRangeReader, DatasetMeta]:
+    """The metadata of a dataset read through a reader the caller opened (and keeps); the
+    datasets checked its type when they named the dataset (``resolve_dataset_name``)."""
     opened_here = {
         "revision": options.revision,
         "data_root": options.data_root,

@@ -23,7 +23,7 @@ from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
 from episodestream.errors import ConfigTypeError
-from episodestream.storage import Location, RangeReader
+from episodestream.storage import BaseRangeReader, Location
 
 __all__ = ["EpisodeStreamDataset"]
 
@@ -86,7 +86,7 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         byte_budget: int | str = _BYTE_BUDGET,
         prefetch_next: bool = True,
         options: StreamOptions | None = None,
-        reader: RangeReader | None = None,
+        reader: BaseRangeReader | None = None,
         **stream_options: Any,
     ) -> None:
         self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)

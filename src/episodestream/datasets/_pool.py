@@ -62,7 +62,7 @@ from episodestream.sampling import (
     split_budget,
     window_slots,
 )
-from episodestream.storage import Location, RangeReader
+from episodestream.storage import BaseRangeReader, Location
 
 __all__ = ["EpisodePoolDataset"]
 
@@ -255,7 +255,7 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         window_frames: int = DEFAULT_WINDOW_FRAMES,
         decoded_budget: int | str = DEFAULT_DECODED_BUDGET,
         options: StreamOptions | None = None,
-        reader: RangeReader | None = None,
+        reader: BaseRangeReader | None = None,
         **stream_options: Any,
     ) -> None:
         super().__init__()
