@@ -117,9 +117,11 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
 
 
 def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchConfig:
+    """The :class:`BenchConfig` of ``bench``'s parsed arguments (every option its parser
+    defines is read as it is: a misspelt name fails here), ``overrides`` on top."""
     values = dict(
         root=root,
-        local_root=getattr(args, "local_root", None),
+        local_root=args.local_root,
         tracks=args.tracks,
         samples=args.samples,
         keepup_samples=args.keepup_samples,
@@ -140,18 +142,18 @@ def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchC
         batch_size=args.batch_size,
         rounds=args.rounds,
         torch_threads=args.torch_threads or None,
-        shard_index=getattr(args, "shard_index", None),
-        shard_count=getattr(args, "shard_count", None),
-        access_log=getattr(args, "access_log", None),
+        shard_index=args.shard_index,
+        shard_count=args.shard_count,
+        access_log=args.access_log,
         cache_dir=args.cache_dir,
         work_dir=args.work_dir,
         progress=not args.no_progress,
-        episodes=getattr(args, "episodes", None),
-        num_episodes=getattr(args, "num_episodes", None),
-        range_backend=getattr(args, "range_backend", "native"),
-        image_dtype=getattr(args, "image_dtype", "float32"),
-        num_workers=_worker_counts(getattr(args, "num_workers", None)),
-        scaling_samples=getattr(args, "scaling_samples", None),
+        episodes=args.episodes,
+        num_episodes=args.num_episodes,
+        range_backend=args.range_backend,
+        image_dtype=args.image_dtype,
+        num_workers=_worker_counts(args.num_workers),
+        scaling_samples=args.scaling_samples,
     )
     values.update(overrides)
     return BenchConfig(**values)

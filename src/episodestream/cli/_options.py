@@ -127,7 +127,7 @@ def add_link_options(
 
 def add_episode_subset_options(parser: argparse.ArgumentParser, *, verb: str) -> None:
     """``--episodes`` or ``--num-episodes`` (one of them): the episodes a command ``verb``s
-    (``bench``: "sample"; ``index`` could: "index")."""
+    (``bench``: "sample"; ``index``: "index")."""
     subset = parser.add_mutually_exclusive_group()
     subset.add_argument(
         "--episodes",
@@ -144,7 +144,7 @@ def add_episode_subset_options(parser: argparse.ArgumentParser, *, verb: str) ->
 
 
 def add_cache_dir_option(options: Options) -> None:
-    """``--cache-dir``, the cache folder as a ``Path`` (``plan``; ``index`` could)."""
+    """``--cache-dir``, the cache folder as a ``Path`` (``plan`` and ``index``)."""
     options.add_argument(
         "--cache-dir", type=Path, default=None, help="cache folder (default $EPISODESTREAM_CACHE)"
     )
