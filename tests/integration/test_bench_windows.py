@@ -5,6 +5,7 @@ the episodes-per-batch histogram PNG, and ``episodestream bench --unit window``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,8 @@ def test_window_track_measures_both_pools_and_compares_randomness(
         assert np.all(row.nearest_same_episode_s > 0)
     # the fixture's 5 episodes fit the equal-memory episode pool whole
     assert report.equal_memory_pool_size == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.equal_memory_pool_size = 1  # type: ignore[misc]  # a value, built once
 
     text = format_window_report(report)
     assert "samples per CPU-s, window / episode" in text

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +121,10 @@ class RandomnessRow:
         return float((self.nearest_same_episode_s < _NEAR_S).sum() / self.samples)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class WindowBenchReport:
-    """Everything the track measured; :func:`format_window_report` prints it."""
+    """Everything the track measured (built once, when it is done);
+    :func:`format_window_report` prints it."""
 
     config: WindowBenchConfig
     frames: int
@@ -132,12 +133,12 @@ class WindowBenchReport:
     window_bytes: int
     decoded_budget_bytes: int
     byte_budget_bytes: int
-    rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
-    decoded_frames_per_sample: float | None = None
-    peak_rss_bytes: dict[str, int] = field(default_factory=dict)
-    rss_growth_bytes: dict[str, int] = field(default_factory=dict)
-    randomness: list[RandomnessRow] = field(default_factory=list)
-    equal_memory_pool_size: int = 0
+    rounds: Mapping[str, Sequence[Mapping[str, float]]]
+    decoded_frames_per_sample: float | None
+    peak_rss_bytes: Mapping[str, int]
+    rss_growth_bytes: Mapping[str, int]
+    randomness: Sequence[RandomnessRow]
+    equal_memory_pool_size: int
 
     def median(self, unit: str, key: str) -> float:
         return statistics.median(r[key] for r in self.rounds[unit])
@@ -287,38 +288,43 @@ def run_window_bench(config: WindowBenchConfig) -> WindowBenchReport:
         ids = np.asarray(opened.episode_ids, dtype=np.int64)
         lengths = np.asarray(opened.episode_lengths, dtype=np.int64)
         nbytes = np.asarray(opened.episode_nbytes, dtype=np.int64)
-        report = WindowBenchReport(
-            config=config,
-            frames=int(lengths.sum()),
-            episodes=int(ids.size),
-            fps=int(probe.fps),
-            window_bytes=int(probe.window_bytes),
-            decoded_budget_bytes=int(probe.decoded_budget),
-            byte_budget_bytes=int(probe.options.byte_budget),
-        )
+        fps = int(probe.fps)
+        window_bytes = int(probe.window_bytes)
+        decoded_budget = int(probe.decoded_budget)
+        byte_budget = int(probe.options.byte_budget)
     finally:
         probe.close()
-    report.rounds = {"episode": [], "window": []}
+    rounds: dict[str, list[dict[str, Any]]] = {"episode": [], "window": []}
     for round_ in range(config.rounds):
         # alternate which goes first: neither always meets a cold or a warm machine
         order = ("episode", "window") if round_ % 2 == 0 else ("window", "episode")
         for unit in order:
-            report.rounds[unit].append(_measure(config, unit, round_))
-    for unit, rows in report.rounds.items():
-        report.peak_rss_bytes[unit] = max(int(r["peak_rss"]) for r in rows)
-        report.rss_growth_bytes[unit] = max(int(r["rss_growth"]) for r in rows)
-    report.decoded_frames_per_sample = report.rounds["window"][-1]["decoded_per_sample"]
-    report.randomness, report.equal_memory_pool_size = _randomness(
+            rounds[unit].append(_measure(config, unit, round_))
+    randomness, equal_memory_pool_size = _randomness(
         config,
         ids,
         lengths,
         nbytes,
-        fps=report.fps,
-        window_bytes=report.window_bytes,
-        decoded_budget=report.decoded_budget_bytes,
-        byte_budget=report.byte_budget_bytes,
+        fps=fps,
+        window_bytes=window_bytes,
+        decoded_budget=decoded_budget,
+        byte_budget=byte_budget,
     )
-    return report
+    return WindowBenchReport(
+        config=config,
+        frames=int(lengths.sum()),
+        episodes=int(ids.size),
+        fps=fps,
+        window_bytes=window_bytes,
+        decoded_budget_bytes=decoded_budget,
+        byte_budget_bytes=byte_budget,
+        rounds={unit: tuple(rows) for unit, rows in rounds.items()},
+        decoded_frames_per_sample=rounds["window"][-1]["decoded_per_sample"],
+        peak_rss_bytes={u: max(int(r["peak_rss"]) for r in rows) for u, rows in rounds.items()},
+        rss_growth_bytes={u: max(int(r["rss_growth"]) for r in rows) for u, rows in rounds.items()},
+        randomness=tuple(randomness),
+        equal_memory_pool_size=equal_memory_pool_size,
+    )
 
 
 def format_window_report(report: WindowBenchReport) -> str:
