@@ -9,7 +9,9 @@ and slows transfers). How close the timing comes to the settings is measured, as
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import logging
 import os
 import socket
 import statistics
@@ -23,6 +25,7 @@ import pytest
 
 from episodestream.errors import ServingError
 from episodestream.serving import NginxServer, WanEmulator, WanSettings, serve_dataset
+from episodestream.serving._loop import LoopThread
 from tests.plugins.serving import run_clients
 
 MIB = 1024 * 1024
@@ -319,6 +322,29 @@ def test_emulator_refuses_a_taken_port():
         with pytest.raises(ServingError, match="could not listen"):
             emulator.start()
         assert not emulator.running
+
+
+def test_a_listen_failing_otherwise_than_with_an_os_error_fails_start():
+    async def listen(loop: asyncio.AbstractEventLoop) -> asyncio.Server:
+        raise RuntimeError("no server for you")
+
+    async def abort() -> None:
+        pass
+
+    runner = LoopThread(
+        "test proxy",
+        "test-proxy",
+        host="127.0.0.1",
+        port=0,
+        start_timeout_s=30.0,
+        stop_timeout_s=30.0,
+        log=logging.getLogger(__name__),
+    )
+    with pytest.raises(ServingError, match=r"test proxy could not listen.*no server for you"):
+        runner.start(listen, abort)
+    assert not runner.running
+    with pytest.raises(ServingError, match="not running"):
+        _ = runner.port
 
 
 def test_serve_dataset_serves_both_urls_and_stops_both(lerobot_fixture_root: Path):

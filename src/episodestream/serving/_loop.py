@@ -73,8 +73,8 @@ class LoopThread:
         if not self._ready.wait(self._start_timeout_s):
             self.close(abort)
             raise ServingError(f"{self._label} did not start within {self._start_timeout_s} s")
-        if self._start_error is not None:
-            error = self._start_error
+        if self._start_error is not None or self._port is None:
+            error = self._start_error or ServingError("its thread ended before it listened")
             self._thread.join(self._stop_timeout_s)
             self._thread = None
             raise ServingError(
@@ -87,10 +87,10 @@ class LoopThread:
         try:
             try:
                 self._server = loop.run_until_complete(listen(loop))
-            except OSError as error:
+                self._port = int(self._server.sockets[0].getsockname()[1])
+            except Exception as error:  # a taken port, or anything else: start() reports it
                 self._start_error = error
                 return
-            self._port = int(self._server.sockets[0].getsockname()[1])
             self._loop = loop
             self._ready.set()
             loop.run_forever()
