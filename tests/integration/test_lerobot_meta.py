@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodestream.errors import DatasetFormatError
-from episodestream.lerobot import DatasetMeta, load_dataset_meta
+from episodestream.errors import ConfigTypeError, DatasetFormatError
+from episodestream.lerobot import DatasetMeta, EpisodeRowLookup, load_dataset_meta
+from episodestream.manifest import build_manifest
 from episodestream.storage import ListableReader, LocalRangeReader, open_reader
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
@@ -364,3 +365,29 @@ def test_negative_file_index_is_rejected(lerobot_fixture_root: Path, tmp_path: P
     edit_episodes(root, lambda t: set_column(t, "data/file_index", [0, 0, -1, 0, 0]))
     with pytest.raises(DatasetFormatError, match="'data_file_index' is negative for episode 2"):
         load(root)
+
+
+@pytest.mark.parametrize("ids", [[0, 1, 2, 3], [2, 5, 9]], ids=["dense", "sparse"])
+def test_episode_rows_take_integers_only(ids: list[int]) -> None:
+    lookup = EpisodeRowLookup(np.asarray(ids, dtype=np.int64), "the dataset")
+    last = len(ids) - 1
+    assert lookup.row(ids[-1]) == lookup.row(np.int64(ids[-1])) == last
+    assert lookup.rows(np.asarray(ids[::-1], dtype=np.int32)).tolist() == list(range(last, -1, -1))
+    assert lookup.rows([]).tolist() == []
+    for bad in (float(ids[1]) + 0.5, float(ids[1]), True, str(ids[1])):
+        with pytest.raises(ConfigTypeError, match="episode index must be an int"):
+            lookup.row(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigTypeError, match="must be integers, got dtype float64"):
+        lookup.rows([float(ids[1]) + 0.5])
+    with pytest.raises(KeyError, match=f"no episode {ids[-1] + 1} in the dataset"):
+        lookup.row(ids[-1] + 1)
+
+
+def test_the_manifest_looks_rows_up_like_the_episodes_table(lerobot_fixture_root: Path) -> None:
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        manifest = build_manifest(reader, load_dataset_meta(reader), progress=False)
+    assert manifest.row(np.int64(4)) == 4
+    with pytest.raises(ConfigTypeError, match=r"episode index must be an int, got float 1\.5"):
+        manifest.row(1.5)  # type: ignore[arg-type]  # was row 1
+    with pytest.raises(KeyError, match="no episode 5 in the manifest"):
+        manifest.row(5)

@@ -3,9 +3,12 @@ both look up."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
+
+from episodestream.errors import ConfigTypeError
 
 __all__ = ["EpisodeRowLookup"]
 
@@ -24,11 +27,19 @@ class EpisodeRowLookup:
         self._where = where
 
     def row(self, episode_index: int) -> int:
-        """Row of ``episode_index``.
+        """Row of ``episode_index`` (an int or numpy integer).
 
         Raises:
             KeyError: no such episode.
+            ConfigTypeError: ``episode_index`` is not an integer (``1.5`` is not episode 1).
         """
+        if type(episode_index) is not int:  # a plain int skips the ABC check
+            if isinstance(episode_index, bool) or not isinstance(episode_index, numbers.Integral):
+                raise ConfigTypeError(
+                    f"episode index must be an int, got {type(episode_index).__name__} "
+                    f"{episode_index!r}"
+                )
+            episode_index = int(episode_index)
         n = len(self._ids)
         if self._dense:
             if 0 <= episode_index < n:
@@ -41,8 +52,11 @@ class EpisodeRowLookup:
 
     def rows(self, episode_indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rows of many episodes at once (vectorized :meth:`row`; KeyError names the first
-        missing one)."""
-        wanted = np.asarray(episode_indices, dtype=np.int64)
+        missing one; ConfigTypeError for indices that are not integers)."""
+        given = np.asarray(episode_indices)
+        if given.size and given.dtype.kind not in "iu":
+            raise ConfigTypeError(f"episode indices must be integers, got dtype {given.dtype}")
+        wanted = given.astype(np.int64, copy=False)
         positions = wanted if self._dense else np.searchsorted(self._ids, wanted)
         n = len(self._ids)
         bad = (positions < 0) | (positions >= n)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from episodestream.errors import ConfigError, ManifestError, StaleSourceError
-from episodestream.lerobot import DatasetMeta
+from episodestream.lerobot import DatasetMeta, EpisodeRowLookup
 from episodestream.mp4 import SpanPlan, TrackIndex
 from episodestream.storage import FileInfo
 
@@ -504,8 +504,7 @@ class EpisodeManifest:
         self.file_paths: tuple[str, ...] = tuple(self._files["path"])
         self._file_ids = {path: i for i, path in enumerate(self.file_paths)}
         self._camera_ids = {camera: i for i, camera in enumerate(cameras)}
-        n = len(episode_index)
-        self._dense = bool(n == 0 or (episode_index[0] == 0 and episode_index[-1] == n - 1))
+        self._rows = EpisodeRowLookup(episode_index, "the manifest")
         self.origin = origin
         self.sidecar_path = sidecar_path
         self.build_stats: BuildStats | None = None
@@ -569,16 +568,9 @@ class EpisodeManifest:
         return int(self._files["sample_bounds"][-1])
 
     def row(self, episode_index: int) -> int:
-        """Span row of an episode. Raises KeyError if it is not in the manifest."""
-        n = len(self.episode_index)
-        if self._dense:
-            if 0 <= episode_index < n:
-                return int(episode_index)
-        else:
-            position = int(np.searchsorted(self.episode_index, episode_index))
-            if position < n and self.episode_index[position] == episode_index:
-                return position
-        raise KeyError(f"no episode {episode_index} in the manifest")
+        """Span row of an episode. Raises KeyError if it is not in the manifest (and
+        ConfigTypeError if ``episode_index`` is not an integer)."""
+        return self._rows.row(episode_index)
 
     def camera_column(self, camera: str | int) -> int:
         """Column of a camera key (or a column number, checked)."""
