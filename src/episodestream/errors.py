@@ -16,6 +16,8 @@
     ├── UnsupportedMp4Error          valid MP4 using a feature we do not handle
     ├── DatasetFormatError           LeRobot metadata or rows that are missing or invalid
     ├── ManifestError                sidecar or manifest that does not match the dataset
+    │   ├── UnknownEpisodesError     episodes the dataset lacks (also ConfigError)
+    │   └── SidecarCoverageError     a subset's sidecar lacking episodes asked of it
     ├── CacheError
     │   └── BudgetError              a byte budget that cannot hold what is asked
     ├── DecodeError
@@ -30,6 +32,9 @@ at the boundary that calls the third party and chained with ``from``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "BudgetError",
@@ -50,11 +55,23 @@ __all__ = [
     "RangeNotSupported",
     "SamplingError",
     "ServingError",
+    "SidecarCoverageError",
     "StaleSourceError",
     "StorageError",
     "StorageTimeout",
+    "UnknownEpisodesError",
     "UnsupportedMp4Error",
 ]
+
+# episode ids a message names before it says "and N more"
+_NAMED_EPISODES = 10
+
+
+def name_episodes(ids: Sequence[int]) -> str:
+    """``"0, 3, 7"``: the first episode ids of ``ids``, then ``"and N more"``."""
+    named = ", ".join(str(int(e)) for e in ids[:_NAMED_EPISODES])
+    more = len(ids) - _NAMED_EPISODES
+    return named + (f" and {more} more" if more > 0 else "")
 
 
 class EpisodeStreamError(Exception):
@@ -149,6 +166,60 @@ class ConfigTypeError(ConfigError, TypeError):
 
     Also a ``TypeError``, as Python raises for a wrong type or an unexpected keyword.
     """
+
+
+class UnknownEpisodesError(ManifestError, ConfigError):
+    """Episode indices the dataset does not have; ``episodes`` holds them (ascending).
+
+    Built from the indices asked for that are unknown and the dataset's episode indices
+    (sequences or 1-D arrays of ints).
+    """
+
+    def __init__(self, episodes: Iterable[int], available: Sequence[int]) -> None:
+        self.episodes = tuple(sorted({int(e) for e in episodes}))
+        span = (
+            f"{int(min(available))}..{int(max(available))}, {len(available)} in all"
+            if len(available)
+            else "none"
+        )
+        super().__init__(
+            f"unknown episode(s) {name_episodes(self.episodes)}: the dataset has episodes {span}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unknown_episodes, (self.episodes, str(self)))
+
+
+def _unknown_episodes(episodes: tuple[int, ...], message: str) -> UnknownEpisodesError:
+    error = UnknownEpisodesError.__new__(UnknownEpisodesError)
+    Exception.__init__(error, message)
+    error.episodes = episodes
+    return error
+
+
+class SidecarCoverageError(ManifestError):
+    """A sidecar of the right dataset that lacks episodes it was asked for (it was built for
+    a subset: ``episodestream index --episodes/--num-episodes``). ``path`` is the sidecar,
+    ``missing`` the episodes it lacks (ascending)."""
+
+    def __init__(self, path: str, missing: Iterable[int], indexed: str) -> None:
+        self.path = path
+        self.missing = tuple(int(e) for e in missing)
+        super().__init__(
+            f"{path}: the sidecar indexes only {indexed}; it lacks episode(s) "
+            f"{name_episodes(self.missing)} ({len(self.missing)} in all): "
+            "pass a sidecar of every episode you select, or none (one is then found or built)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_coverage_error, (self.path, self.missing, str(self)))
+
+
+def _coverage_error(path: str, missing: tuple[int, ...], message: str) -> SidecarCoverageError:
+    error = SidecarCoverageError.__new__(SidecarCoverageError)
+    Exception.__init__(error, message)
+    error.path, error.missing = path, missing
+    return error
 
 
 class ServingError(EpisodeStreamError):

@@ -27,10 +27,12 @@ PUBLIC_NAMES = [
     "ReaderOptions",
     "SamplingError",
     "ServingError",
+    "SidecarCoverageError",
     "StaleSourceError",
     "StorageError",
     "StorageTimeout",
     "StreamOptions",
+    "UnknownEpisodesError",
     "UnsupportedMp4Error",
     "__version__",
     "open_reader",
@@ -72,3 +74,23 @@ def test_import_is_light():
     code = "import sys, episodestream; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_manifest_errors_live_in_the_one_hierarchy():
+    import pickle
+
+    from episodestream import manifest
+
+    assert manifest.UnknownEpisodesError is episodestream.UnknownEpisodesError
+    assert manifest.SidecarCoverageError is episodestream.SidecarCoverageError
+    assert issubclass(episodestream.UnknownEpisodesError, episodestream.ManifestError)
+    assert issubclass(episodestream.UnknownEpisodesError, episodestream.ConfigError)
+    assert issubclass(episodestream.SidecarCoverageError, episodestream.ManifestError)
+    unknown = episodestream.UnknownEpisodesError([9, 7, 9], range(5))
+    assert str(unknown) == "unknown episode(s) 7, 9: the dataset has episodes 0..4, 5 in all"
+    coverage = episodestream.SidecarCoverageError("/c/i.arrow", [3, 4], "episodes 0..2")
+    for error in (unknown, coverage):  # DataLoader workers send them to the main process
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)
+    assert pickle.loads(pickle.dumps(unknown)).episodes == (7, 9)
+    assert pickle.loads(pickle.dumps(coverage)).missing == (3, 4)

@@ -1,5 +1,6 @@
 """Manifest layer: (episode, camera) → file, samples, bytes, times; the sidecar index."""
 
+from episodestream.errors import SidecarCoverageError, UnknownEpisodesError
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
@@ -8,10 +9,8 @@ from episodestream.manifest._manifest import (
     EpisodeManifest,
     EpisodeSpan,
     EpisodeSubset,
-    SidecarCoverageError,
     SourceFile,
     SpanArrays,
-    UnknownEpisodesError,
     episode_subset,
 )
 from episodestream.manifest._open import (

@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from episodestream.errors import ConfigError, ManifestError, StaleSourceError
+from episodestream.errors import (
+    ConfigError,
+    ManifestError,
+    StaleSourceError,
+    UnknownEpisodesError,
+    name_episodes,
+)
 from episodestream.lerobot import DatasetMeta, EpisodeRowLookup
 from episodestream.mp4 import SpanPlan, TrackIndex
 from episodestream.storage import FileInfo
@@ -29,72 +35,10 @@ __all__ = [
     "EpisodeManifest",
     "EpisodeSpan",
     "EpisodeSubset",
-    "SidecarCoverageError",
     "SourceFile",
     "SpanArrays",
-    "UnknownEpisodesError",
     "episode_subset",
 ]
-
-# episode ids a message names before it says "and N more"
-_NAMED_EPISODES = 10
-
-
-def _name_episodes(ids: np.ndarray) -> str:
-    named = ", ".join(str(int(e)) for e in ids[:_NAMED_EPISODES])
-    more = ids.size - _NAMED_EPISODES
-    return named + (f" and {more} more" if more > 0 else "")
-
-
-class UnknownEpisodesError(ManifestError, ConfigError):
-    """Episode indices the dataset does not have; ``episodes`` holds them (ascending)."""
-
-    def __init__(self, episodes: np.ndarray, available: np.ndarray) -> None:
-        self.episodes = tuple(int(e) for e in np.unique(episodes))
-        span = (
-            f"{int(available.min())}..{int(available.max())}, {available.size} in all"
-            if available.size
-            else "none"
-        )
-        super().__init__(
-            f"unknown episode(s) {_name_episodes(np.asarray(self.episodes))}: the dataset has "
-            f"episodes {span}"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_unknown_episodes, (self.episodes, str(self)))
-
-
-def _unknown_episodes(episodes: tuple[int, ...], message: str) -> UnknownEpisodesError:
-    error = UnknownEpisodesError.__new__(UnknownEpisodesError)
-    Exception.__init__(error, message)
-    error.episodes = episodes
-    return error
-
-
-class SidecarCoverageError(ManifestError):
-    """A sidecar of the right dataset that lacks episodes it was asked for (it was built for
-    a subset: ``episodestream index --episodes/--num-episodes``). ``path`` is the sidecar,
-    ``missing`` the episodes it lacks (ascending)."""
-
-    def __init__(self, path: str, missing: Sequence[int], indexed: str) -> None:
-        self.path = path
-        self.missing = tuple(int(e) for e in missing)
-        super().__init__(
-            f"{path}: the sidecar indexes only {indexed}; it lacks episode(s) "
-            f"{_name_episodes(np.asarray(self.missing))} ({len(self.missing)} in all): "
-            "pass a sidecar of every episode you select, or none (one is then found or built)"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_coverage_error, (self.path, self.missing, str(self)))
-
-
-def _coverage_error(path: str, missing: tuple[int, ...], message: str) -> SidecarCoverageError:
-    error = SidecarCoverageError.__new__(SidecarCoverageError)
-    Exception.__init__(error, message)
-    error.path, error.missing = path, missing
-    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +217,7 @@ class DatasetIdentity:
         if missing.size:
             return (
                 f"the sidecar indexes only {self.episodes.describe()}; it lacks episode(s) "
-                f"{_name_episodes(missing)}"
+                f"{name_episodes(missing)}"
             )
         return None
 

@@ -19,14 +19,19 @@ import filelock
 import numpy as np
 import pyarrow as pa
 
-from episodestream.errors import InvalidResponse, ManifestError, NotFound, StorageError
+from episodestream.errors import (
+    InvalidResponse,
+    ManifestError,
+    NotFound,
+    SidecarCoverageError,
+    StorageError,
+)
 from episodestream.lerobot import DatasetMeta, open_arrow_file
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
 from episodestream.manifest._manifest import (
     DatasetIdentity,
     EpisodeManifest,
     EpisodeSubset,
-    SidecarCoverageError,
     episode_subset,
 )
 from episodestream.manifest._sidecar import load_sidecar, read_sidecar_header, write_sidecar
