@@ -161,6 +161,20 @@ def test_read_many_keeps_request_order(case: Case):
     assert metrics["requests"] > 0 and metrics["bytes"] >= len(data)
 
 
+def test_reads_count_the_ranges_asked_for_on_every_backend(case: Case):
+    """``reads`` means the same everywhere: one per range a caller asked for, however a
+    backend fetches it (one range alone, empty ones, several at once)."""
+    before = case.reader.stats().reads
+    assert case.reader.read_many([ReadRequest(BIG, 10, 100)]) == [FILES[BIG][10:110]]
+    assert case.reader.stats().reads == before + 1
+    case.reader.read_many([ReadRequest(BIG, 10, 100), ReadRequest(BIG, 0, 0)])
+    assert case.reader.stats().reads == before + 3
+    case.reader.read_many([ReadRequest(BIG, 10, 100), ReadRequest(BIG, 50_000, 100)])
+    assert case.reader.stats().reads == before + 5
+    case.reader.read(BIG, 0, 1)
+    assert case.reader.stats().reads == before + 6
+
+
 def test_errors_are_typed(case: Case):
     with pytest.raises(NotFound) as missing:
         case.reader.read("meta/absent.json", 0, 10)

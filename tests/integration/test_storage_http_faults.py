@@ -321,3 +321,90 @@ def test_fsspec_http_is_available_as_an_escape_hatch(served):
         with pytest.raises(NotFound) as info:
             reader.read("absent.mp4", 0, 1)
     assert served.url in str(info.value)
+
+
+# ------------------------------------------------ small bodies, skips: the minimum-rate rule
+
+
+class _TrickleServer:
+    """Answers every GET ``200`` with a ``Content-Length`` of ``size`` (Range ignored), then
+    sends the body 1 KiB at a time every 50 ms (20 KiB/s, below the readers' minimum rate of
+    64 KiB/s, yet never silent for a read timeout). The reader reads it in 64 KiB calls and
+    checks its deadline between them: the first check comes after 3.2 s at the earliest."""
+
+    def __init__(self, size: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        stop = self.stop = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.send_header("ETag", '"trickle"')
+                self.end_headers()
+                sent = 0
+                try:
+                    while sent < size and not stop.wait(0.05):
+                        chunk = min(1024, size - sent)
+                        self.wfile.write(b"x" * chunk)
+                        self.wfile.flush()
+                        sent += chunk
+                except OSError:
+                    return  # the reader gave up and closed the connection
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def trickle() -> _TrickleServer:
+    server = _TrickleServer(size=128 * 1024)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+ONCE = RetryPolicy(max_attempts=1)
+QUICK = Timeouts(connect_seconds=2, read_seconds=0.5)
+
+
+def test_skipping_to_a_range_at_a_trickle_fails_at_the_minimum_rate_deadline(trickle):
+    # 128 KiB to skip: the deadline is 2 s (128 KiB at 64 KiB/s); at 20 KiB/s, half of it
+    # has come only after 3.2 s
+    with (
+        HttpRangeReader(trickle.url, retry=ONCE, timeouts=QUICK) as reader,
+        pytest.raises(StorageTimeout, match="skipping to byte 131000 slower than"),
+    ):
+        reader.read("blob.bin", 131_000, 10)
+
+
+def test_a_small_document_at_a_trickle_fails_at_the_deadline_naming_its_url(trickle):
+    with HttpRangeReader(trickle.url, retry=ONCE, timeouts=QUICK) as reader:
+        with pytest.raises(StorageTimeout, match="body slower than the attempt deadline") as raised:
+            # 128 KiB: the deadline is 2 s, half the body has come only after 3.2 s
+            reader._get_document(f"{trickle.url}/api/doc.json?sig=SECRET", max_bytes=128 * 1024)
+        assert f"{trickle.url}/api/doc.json" in str(raised.value)
+        assert "SECRET" not in str(raised.value)
+
+
+def test_a_document_too_large_names_its_url(served):
+    with _reader(served) as reader:
+        with pytest.raises(InvalidResponse) as raised:
+            reader._get_document(f"{served.url}/{PATH}?sig=SECRET", max_bytes=1000)
+        message = str(raised.value)
+        assert message.startswith(f"{served.url}/{PATH}?…: body of {len(DATA)} bytes exceeds 1000")
+        assert "SECRET" not in message

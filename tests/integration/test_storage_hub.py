@@ -109,6 +109,18 @@ def test_listing_follows_pagination_and_subfolders(hub_standin):
     assert len(pages) > 5  # 3 entries a page: the listing really was paginated
 
 
+def test_a_file_at_the_root_is_probed_never_the_whole_repo_listed(hub_standin):
+    files = {f"data/file-{f:03d}.parquet": b"x" * f for f in range(6)}
+    files["README.md"] = b"# robot"
+    hub_standin.commit("org/many", files)
+    with _open(hub_standin, "hf://datasets/org/many") as reader:
+        assert reader.file_info("README.md").size == 7
+        assert not [r for r in hub_standin.hub_requests if "/tree/" in r.path]
+        assert reader.size("data/file-005.parquet") == 5  # a folder is still listed once
+        trees = [r.path for r in hub_standin.hub_requests if "/tree/" in r.path]
+        assert trees and all("/data" in path for path in trees)
+
+
 def test_buckets_read_list_and_detect_replacement(hub_standin):
     hub_standin.put_bucket_file("org/bkt", "runs/a.bin", V1)
     hub_standin.put_bucket_file("org/bkt", "runs/b.bin", b"b")

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from episodestream import StorageError
+from episodestream import ConfigError, StorageError
 from episodestream.storage import HubRangeReader, RetryPolicy, hub_token
 from episodestream.storage import _hub as hub_module
 from episodestream.storage._messages import MAX_MESSAGE_CHARS, server_message
@@ -72,7 +72,7 @@ def test_implicit_token_switch_and_token_true(hub, tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
     reread_hf_environment(monkeypatch)
-    with pytest.raises(StorageError, match="token=True"):
+    with pytest.raises(ConfigError, match=r"token=True.*HF_TOKEN.*hf auth login"):
         hub_token(True)
     monkeypatch.setenv("HF_TOKEN", hub.token)
     assert hub_token() == hub.token and hub_token(True) == hub.token

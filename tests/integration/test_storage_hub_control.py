@@ -135,8 +135,16 @@ GATED = (
             {"X-Error-Message": "Bad gateway"},
             API,
             "HfHubHTTPError",
+            StorageError,  # unavailable, not wrong: a status worth retrying
+            "HTTP 502 — the Hub says: Bad gateway",
+        ),
+        (
+            501,
+            {"X-Error-Message": "Not implemented"},
+            API,
+            "HfHubHTTPError",
             InvalidResponse,
-            "unexpected HTTP 502 — the Hub says: Bad gateway",
+            "unexpected HTTP 501 — the Hub says: Not implemented",
         ),
     ],
 )
@@ -186,6 +194,33 @@ def test_a_hub_message_that_echoes_the_token_is_not_shown():
             rng=random.Random(0),
         )
     assert info.value.__cause__ is clean
+
+
+def test_a_status_still_failing_after_retries_says_how_often_it_was_retried():
+    calls: list[int] = []
+    unavailable = _hf_error(503, {"X-Error-Message": "Service unavailable"}, API)
+    throttled = _hf_error(429, {}, API)  # a 429 that announces no quota window
+
+    def call() -> None:
+        calls.append(1)
+        raise unavailable if len(calls) <= 3 else throttled
+
+    for expected in (
+        "HTTP 503 (retried 2 times) — the Hub says: Service unavailable",
+        "HTTP 429 (retried 2 times)",
+    ):
+        with pytest.raises(StorageError) as info:
+            call_hub(
+                call,
+                what="Hub dataset 'org/robot'",
+                secrets=[],
+                retry=FAST,  # 3 attempts
+                stop=threading.Event(),
+                rng=random.Random(0),
+            )
+        assert type(info.value) is StorageError
+        assert str(info.value).startswith(f"Hub dataset 'org/robot': {expected}")
+    assert len(calls) == 6
 
 
 def test_transport_errors_become_ours():

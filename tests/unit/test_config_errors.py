@@ -33,7 +33,14 @@ from episodestream.datasets import parse_bytes
 from episodestream.decode import DecodeExecutor, DecoderPool, nearest_frame_indices, open_decoder
 from episodestream.sampling import PoolParams, WorkerSlot
 from episodestream.serving import NginxServer, WanSettings
-from episodestream.storage import Limits, ReadRequest, RetryPolicy, Timeouts
+from episodestream.storage import (
+    HttpRangeReader,
+    Limits,
+    ReaderOptions,
+    ReadRequest,
+    RetryPolicy,
+    Timeouts,
+)
 from episodestream.synthetic import SyntheticSpec
 from tests.support.faults import Fault, RandomFaults
 
@@ -98,6 +105,8 @@ def _fixture_root() -> str:
     return str(Path(__file__).parents[1] / "data" / "lerobot_sim5")
 
 
+HTTP_ROOT = "https://example.invalid/d"
+
 # (call, error class, text the message must hold: the argument's name)
 CALLS = [
     (lambda: StreamOptions(decoder="ffmpeg"), ConfigError, "decoder"),
@@ -135,6 +144,23 @@ CALLS = [
     (lambda: NginxServer(port=70000), ConfigError, "port"),
     (lambda: PoolParams(shuffle="yes"), SamplingError, "shuffle"),
     (lambda: WorkerSlot(rank=2, world_size=2), SamplingError, "rank"),
+    (lambda: ReaderOptions(verify=3), ConfigTypeError, "verify"),
+    (lambda: ReaderOptions(seed="7"), ConfigTypeError, "seed"),
+    (lambda: ReaderOptions(seed=True), ConfigTypeError, "seed"),
+    (lambda: ReaderOptions(endpoint=443), ConfigTypeError, "endpoint"),
+    (lambda: ReaderOptions(failure_log=3), ConfigTypeError, "failure_log"),
+    (lambda: ReaderOptions(headers={"X-Key": 5}), ConfigTypeError, "headers"),
+    (lambda: HttpRangeReader(123), ConfigTypeError, "base_url"),  # type: ignore[arg-type]
+    (lambda: HttpRangeReader(HTTP_ROOT, transport=5), ConfigTypeError, "transport"),
+    (lambda: HttpRangeReader(HTTP_ROOT, timeouts={"read_seconds": 5}), ConfigTypeError, "timeouts"),
+    (lambda: HttpRangeReader(HTTP_ROOT, limits=None), ConfigTypeError, "limits"),
+    (lambda: HttpRangeReader(HTTP_ROOT, retry={}), ConfigTypeError, "retry"),
+    (lambda: HttpRangeReader(HTTP_ROOT, max_skip_bytes=-1), ConfigError, "max_skip_bytes"),
+    (lambda: HttpRangeReader(HTTP_ROOT, max_skip_bytes=1.5), ConfigError, "max_skip_bytes"),
+    (lambda: HttpRangeReader(HTTP_ROOT, headers=[("X-Key", "v")]), ConfigTypeError, "headers"),
+    (lambda: HttpRangeReader(HTTP_ROOT, verify=2), ConfigTypeError, "verify"),
+    (lambda: HttpRangeReader(HTTP_ROOT, seed="7"), ConfigTypeError, "seed"),
+    (lambda: HttpRangeReader(HTTP_ROOT, failure_log=3), ConfigTypeError, "failure_log"),
 ]
 
 
@@ -223,3 +249,30 @@ def test_stream_options_take_paths_and_bools_for_its_paths_and_flags():
     )
     with pytest.raises(ConfigTypeError, match="progress must be a bool, got None"):
         StreamOptions(progress=None)
+
+
+def test_reader_options_are_a_hashable_read_only_value_that_pickles():
+    import pickle
+
+    def options() -> ReaderOptions:
+        return ReaderOptions(
+            token="t",
+            headers={"X-Key": "v"},
+            storage_options={"anon": True, "config_kwargs": {"retries": [1, 2]}},
+            timeouts=Timeouts(read_seconds=5),
+        )
+
+    first, second = options(), options()
+    assert first == second and hash(first) == hash(second)
+    assert len({first, second, ReaderOptions()}) == 2
+    with pytest.raises(TypeError):
+        first.headers["X-Key"] = "changed"  # type: ignore[index]
+    given = {"X-Key": "v"}
+    kept = ReaderOptions(headers=given)
+    given["X-Key"] = "changed"  # the caller's dict: the options kept their own copy
+    assert kept.headers == {"X-Key": "v"}
+    again = pickle.loads(pickle.dumps(first))
+    assert again == first and hash(again) == hash(first)
+    with pytest.raises(TypeError):
+        again.storage_options["anon"] = False  # type: ignore[index]
+    assert HttpRangeReader(HTTP_ROOT, **kept.given()).base_url == HTTP_ROOT

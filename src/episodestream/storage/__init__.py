@@ -19,7 +19,11 @@ from episodestream.storage._config import (
     Timeouts,
 )
 from episodestream.storage._fsspec import FsspecRangeReader
-from episodestream.storage._hostgate import RATE_LIMIT_DIR_ENV, share_rate_limits
+from episodestream.storage._hostgate import (
+    RATE_LIMIT_DIR_ENV,
+    reset_rate_limits,
+    share_rate_limits,
+)
 from episodestream.storage._http import HttpRangeReader
 from episodestream.storage._hub import HubRangeReader, hub_token
 from episodestream.storage._local import LocalRangeReader
@@ -62,5 +66,6 @@ __all__ = [
     "open_reader",
     "publish_file",
     "redact_url",
+    "reset_rate_limits",
     "share_rate_limits",
 ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Protocol, Self, runtime_checkable
 
+from episodestream._closing import Closing
 from episodestream.errors import ConfigError, InvalidResponse, LocationError
 
 __all__ = [
@@ -214,7 +215,7 @@ class RangeReader(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
-class BaseRangeReader(abc.ABC):
+class BaseRangeReader(Closing, abc.ABC):
     """The shared part of every reader (fsspec's ``AbstractFileSystem`` habit).
 
     A backend implements ``root``, ``size``, ``read`` and ``stats``; it overrides
@@ -222,7 +223,8 @@ class BaseRangeReader(abc.ABC):
     defaults (validators, concurrency, one request for a whole file). Subclasses call
     ``super().__init__()``, or :meth:`_track_forks` where they set up their runtime (again when
     unpickled), so that a forked child (a DataLoader worker) calls their
-    :meth:`_after_fork_in_child` exactly once. Datasets take a reader of this class
+    :meth:`_after_fork_in_child` exactly once. ``with reader:`` closes it (:class:`Closing`).
+    Datasets take a reader of this class
     (``reader=``); layers above storage type against :class:`RangeReader`.
     """
 
@@ -277,12 +279,6 @@ class BaseRangeReader(abc.ABC):
     def close(self) -> None:
         """Release sockets and join threads; idempotent. Nothing to do by default."""
         return None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ fork handling
 

@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 from episodestream._checks import check_int, check_number
@@ -214,6 +215,10 @@ class ReaderOptions:
         max_concurrency: ranges in flight at once in ``read_many`` (fsspec).
         seed: seeds the backoff jitter (tests).
         transport: makes the HTTP client (see ``storage/_transport.py``; default our wire).
+
+    A value: ``headers`` and ``storage_options`` are kept as read-only copies
+    (``MappingProxyType``; the caller's later changes do not leak in), equal options compare
+    and hash equal (the mappings hashed by their contents), and it pickles.
     """
 
     token: str | bool | None = field(default=None, repr=False)
@@ -241,10 +246,31 @@ class ReaderOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
                 raise ConfigTypeError(f"{name} must be a dict, got {type(value).__name__}")
-            if value is not None:  # a copy: the caller's later changes do not leak in
-                object.__setattr__(self, name, dict(value))
+            if value is not None:  # a read-only copy: the caller's later changes do not leak in
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+        for key, value in (self.headers or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                # the names only: a header's value may be a credential
+                raise ConfigTypeError(
+                    f"headers must map str names to str values, got {type(key).__name__} -> "
+                    f"{type(value).__name__}"
+                )
         if self.token is not None and not isinstance(self.token, str | bool):
             raise ConfigTypeError(f"token must be a str or bool, got {type(self.token).__name__}")
+        if self.endpoint is not None and not isinstance(self.endpoint, str):
+            raise ConfigTypeError(f"endpoint must be a str URL, got {type(self.endpoint).__name__}")
+        if self.verify is not None and not isinstance(self.verify, bool | str | os.PathLike):
+            raise ConfigTypeError(
+                f"verify must be True, False or a CA bundle path, got {type(self.verify).__name__}"
+            )
+        if self.failure_log is not None and not isinstance(self.failure_log, str | os.PathLike):
+            raise ConfigTypeError(
+                f"failure_log must be a file path, got {type(self.failure_log).__name__}"
+            )
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise ConfigTypeError(f"seed must be an int, got {type(self.seed).__name__}")
         if self.max_skip_bytes is not None:
             check_int("max_skip_bytes", self.max_skip_bytes, minimum=0)
         if self.max_concurrency is not None:
@@ -253,6 +279,19 @@ class ReaderOptions:
             raise ConfigTypeError(
                 f"transport must make a transport (a callable), got {type(self.transport).__name__}"
             )
+
+    def __hash__(self) -> int:
+        return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
+
+    def __getstate__(self) -> list[Any]:
+        # MappingProxyType does not pickle: the mappings travel as dicts
+        return [_plain(getattr(self, f.name)) for f in fields(self)]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip(fields(self), state, strict=True):
+            if isinstance(value, dict):
+                value = MappingProxyType(value)
+            object.__setattr__(self, f.name, value)
 
     def given(self) -> dict[str, Any]:
         """The fields that were set, by name (what a backend's constructor is called with)."""
@@ -286,3 +325,23 @@ class ReaderOptions:
                 f"it takes {', '.join(sorted(names))}"
             )
         return cls(**value)
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, MappingProxyType) else value
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` in a hashable form that equal values share (mappings and sequences by
+    their contents; an unhashable leaf by its type, which equal values share too)."""
+    if isinstance(value, Mapping):
+        return frozenset((key, _hashable(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(item) for item in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(_hashable(item) for item in value)
+    try:
+        hash(value)
+    except TypeError:
+        return type(value).__name__
+    return value

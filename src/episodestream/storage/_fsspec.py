@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -45,8 +47,10 @@ from episodestream.storage._base import (
     ReadRequest,
     normalize_relative_path,
 )
-from episodestream.storage._config import Limits
+from episodestream.storage._config import DEFAULT_TIMEOUTS, Limits, Timeouts
+from episodestream.storage._httpbody import body_deadline_seconds
 from episodestream.storage._location import Location
+from episodestream.storage._runner import shut_down
 from episodestream.storage._urls import redact_url
 
 __all__ = ["FsspecRangeReader"]
@@ -72,6 +76,12 @@ class FsspecRangeReader(BaseRangeReader):
             s3fs client's ``max_pool_connections`` (through ``config_kwargs``; one given there
             explicitly wins). Without ``limits``, the pool holds ``max_concurrency``
             connections. Other fields of :class:`Limits` do not apply here.
+        timeouts: bound every wait on the store: one request may take a pool wait, a connect,
+            a read timeout and its bytes at the minimum rate (64 KiB/s); a batch, one such
+            round per ``max_concurrency`` ranges and all its bytes at that rate. Past the
+            bound, :class:`StorageTimeout` names the file and range (async filesystems, such
+            as s3fs, cancel the request; a thread of a blocking one finishes on its own).
+            :meth:`close` joins its threads for at most a connect and a read timeout.
 
     S3 objects are pinned at first contact and read with ``IfMatch`` (see the module's
     docstring): a replaced object raises :class:`StaleSourceError`. Other filesystems: sizes
@@ -85,6 +95,7 @@ class FsspecRangeReader(BaseRangeReader):
         storage_options: dict[str, Any] | None = None,
         max_concurrency: int | None = None,
         limits: Limits | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         parsed = Location.parse(location)
         # http(s) is allowed too: fsspec's HTTP filesystem is the escape hatch for what the
@@ -93,6 +104,9 @@ class FsspecRangeReader(BaseRangeReader):
             raise LocationError(f"not an fsspec or http(s) location: {parsed.url!r}")
         if limits is not None and not isinstance(limits, Limits):
             raise ConfigTypeError(f"limits must be a Limits, got {type(limits).__name__}")
+        if not isinstance(timeouts, Timeouts):
+            raise ConfigTypeError(f"timeouts must be a Timeouts, got {type(timeouts).__name__}")
+        self._timeouts = timeouts
         if max_concurrency is None:
             max_concurrency = limits.max_concurrency if limits is not None else 16
         max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
@@ -124,6 +138,7 @@ class FsspecRangeReader(BaseRangeReader):
             "_storage_options": self._storage_options,
             "_max_concurrency": self._max_concurrency,
             "_connections": self._connections,
+            "_timeouts": self._timeouts,
             "_pins": pins,
         }
 
@@ -201,10 +216,37 @@ class FsspecRangeReader(BaseRangeReader):
         if isinstance(error, FileNotFoundError):
             return NotFound(f"{where}: no such file")
         if isinstance(error, TimeoutError):
-            return StorageTimeout(f"{where}: timed out: {error}")
+            said = str(error)
+            return StorageTimeout(f"{where}: timed out" + (f": {said}" if said else ""))
         if isinstance(error, PermissionError):
             return StorageError(f"{where}: access denied: {error}")
         return StorageError(f"{where}: {type(error).__name__}: {error}")
+
+    def _bound_seconds(self, nbytes: int, requests: int = 1) -> float:
+        """The longest ``requests`` store requests of ``nbytes`` in all may take (see the
+        ``timeouts`` argument): one round of pool wait, connect and read timeout per
+        ``max_concurrency`` requests, and every byte at the minimum rate."""
+        timeouts = self._timeouts
+        rounds = max(1, math.ceil(requests / self._max_concurrency))
+        per_round = timeouts.pool_seconds + timeouts.connect_seconds + timeouts.read_seconds
+        return rounds * per_round + body_deadline_seconds(timeouts.read_seconds, nbytes)
+
+    def _sync(self, fs: Any, where: str, seconds: float, function: Any, *args: Any) -> Any:
+        """Run coroutine ``function(*args)`` on the filesystem's event loop (fsspec's own
+        thread) and wait for it at most ``seconds`` (then it is cancelled)."""
+        import fsspec.asyn
+
+        try:
+            return fsspec.asyn.sync(fs.loop, function, *args, timeout=seconds)
+        except fsspec.asyn.FSTimeoutError as error:
+            raise StorageTimeout(
+                f"{where}: no answer from the store within {seconds:.0f} s"
+            ) from error
+
+    def _timeout_kwargs(self, fs: Any, seconds: float) -> dict[str, float]:
+        """``timeout=`` for a call of an async filesystem's blocking method (fsspec's
+        ``sync`` takes it); nothing for a blocking filesystem, whose calls take none."""
+        return {"timeout": seconds} if getattr(fs, "async_impl", False) else {}
 
     def file_info(self, path: str) -> FileInfo:
         """Size and validators as the store reports them (S3: ETag and LastModified, pinned
@@ -217,7 +259,7 @@ class FsspecRangeReader(BaseRangeReader):
             if pinned is not None:
                 return pinned
         try:
-            info = fs.info(full)
+            info = fs.info(full, **self._timeout_kwargs(fs, self._bound_seconds(0)))
         except Exception as error:
             raise self._translate(error, self._where(clean)) from error
         self._count("requests")
@@ -235,14 +277,21 @@ class FsspecRangeReader(BaseRangeReader):
         ReadRequest(path, offset, length)
         fs, full, clean = self._full(path)
         self._count("reads")
+        return self._read_range(fs, full, clean, offset, length)
+
+    def _read_range(self, fs: Any, full: str, clean: str, offset: int, length: int) -> bytes:
+        """One range in one store request (the caller counted the read)."""
         if length == 0:
             return b""
         where = self._where(clean, offset, length)
+        seconds = self._bound_seconds(length)
         try:
             if self._is_s3(fs):
-                data = _sync(fs, self._s3_get, fs, full, clean, offset, offset + length)
+                stop = offset + length
+                data = self._sync(fs, where, seconds, self._s3_get, fs, full, clean, offset, stop)
             else:
-                data = fs.cat_file(full, start=offset, end=offset + length)
+                timeout = self._timeout_kwargs(fs, seconds)
+                data = fs.cat_file(full, start=offset, end=offset + length, **timeout)
         except Exception as error:
             raise self._translate(error, where) from error
         return self._checked(data, length, where)
@@ -257,7 +306,8 @@ class FsspecRangeReader(BaseRangeReader):
             if self._is_s3(fs):
                 data = self._s3_whole(fs, full, clean, max_bytes + 1)
             else:
-                data = fs.cat_file(full, start=0, end=max_bytes + 1)
+                timeout = self._timeout_kwargs(fs, self._bound_seconds(max_bytes + 1))
+                data = fs.cat_file(full, start=0, end=max_bytes + 1, **timeout)
         except Exception as error:
             raise self._translate(error, where) from error
         self._count("requests")
@@ -292,9 +342,11 @@ class FsspecRangeReader(BaseRangeReader):
         self._count("reads", len(requests))
         wanted = [i for i, r in enumerate(requests) if r.length]
         results: list[bytes] = [b""] * len(requests)
+        seconds = self._bound_seconds(sum(requests[i].length for i in wanted), len(wanted))
         if self._is_s3(fs) and wanted:
             jobs = [(fulls[i][1], fulls[i][2], requests[i].offset, requests[i].end) for i in wanted]
-            batch = partial(_sync, fs, self._s3_batch, fs, jobs)
+            where = self._batch_where(requests, fulls, wanted)
+            batch = partial(self._sync, fs, where, seconds, self._s3_batch, fs, jobs)
             return self._take_batch(batch, requests, fulls, wanted, results)
         if getattr(fs, "async_impl", False) and len(wanted) > 1:
             batch = partial(
@@ -304,12 +356,13 @@ class FsspecRangeReader(BaseRangeReader):
                 [requests[i].end for i in wanted],
                 on_error="return",
                 batch_size=self._max_concurrency,
+                timeout=seconds,
             )
             return self._take_batch(batch, requests, fulls, wanted, results)
         if len(wanted) <= 1:
-            for i in wanted:
+            for i in wanted:  # counted above: read() would count the range again
                 r = requests[i]
-                results[i] = self.read(r.path, r.offset, r.length)
+                results[i] = self._read_range(fs, fulls[i][1], fulls[i][2], r.offset, r.length)
             return results
         with self._lock:
             if self._executor is None:
@@ -322,11 +375,21 @@ class FsspecRangeReader(BaseRangeReader):
             for i in wanted
         ]
         first_error: tuple[BaseException, str] | None = None
+        deadline = time.monotonic() + seconds
         for i, future in zip(wanted, futures, strict=True):
             r = requests[i]
             where = self._where(fulls[i][2], r.offset, r.length)
             try:
-                results[i] = self._checked(future.result(), r.length, where)
+                try:
+                    answer = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                except TimeoutError as error:
+                    if future.done():  # the store's own timeout
+                        raise
+                    raise StorageTimeout(
+                        f"{where}: no answer from the store within {seconds:.0f} s "
+                        f"({len(wanted)} ranges in the batch)"
+                    ) from error
+                results[i] = self._checked(answer, r.length, where)
             except Exception as error:
                 if first_error is None:
                     first_error = (error, where)
@@ -336,6 +399,14 @@ class FsspecRangeReader(BaseRangeReader):
             error, where = first_error
             raise self._translate(error, where) from error
         return results
+
+    def _batch_where(
+        self, requests: list[ReadRequest], fulls: list[tuple[Any, str, str]], wanted: list[int]
+    ) -> str:
+        """A batch's ranges named for a message: the first, and how many more."""
+        first = wanted[0]
+        where = self._where(fulls[first][2], requests[first].offset, requests[first].length)
+        return where if len(wanted) == 1 else f"{where} and {len(wanted) - 1} more range(s)"
 
     def _take_batch(
         self,
@@ -350,7 +421,7 @@ class FsspecRangeReader(BaseRangeReader):
         try:
             answers = batch()
         except Exception as error:
-            raise self._translate(error, self._where(fulls[wanted[0]][2])) from error
+            raise self._translate(error, self._batch_where(requests, fulls, wanted)) from error
         for i, answer in zip(wanted, answers, strict=True):
             r = requests[i]
             where = self._where(fulls[i][2], r.offset, r.length)
@@ -432,8 +503,11 @@ class FsspecRangeReader(BaseRangeReader):
     def _s3_whole(self, fs: Any, full: str, clean: str, limit: int) -> bytes:
         """The object's first ``limit`` bytes (all of a smaller one); an empty object, which
         no range can address, through its pinned size."""
+        where = self._where(clean)
         try:
-            return _sync(fs, self._s3_get, fs, full, clean, 0, limit)
+            return self._sync(
+                fs, where, self._bound_seconds(limit), self._s3_get, fs, full, clean, 0, limit
+            )
         except OSError as error:
             if _s3_error_code(error) not in ("InvalidRange", "416"):
                 raise
@@ -446,7 +520,7 @@ class FsspecRangeReader(BaseRangeReader):
         fs, full, _ = self._full(prefix)
         _, root = self._filesystem()
         try:
-            found = fs.find(full)
+            found = fs.find(full, **self._timeout_kwargs(fs, self._bound_seconds(0)))
         except FileNotFoundError:
             return []
         except Exception as error:
@@ -464,20 +538,15 @@ class FsspecRangeReader(BaseRangeReader):
             return ReaderStats.from_counters(self._counters)
 
     def close(self) -> None:
+        """Cancel queued ranges and join the worker threads for at most a connect and a read
+        timeout (a thread still in a store call then is logged and left); idempotent."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
             self._fs = None
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _sync(fs: Any, function: Any, *args: Any) -> Any:
-    """Run coroutine ``function(*args)`` on the filesystem's event loop (fsspec's own
-    thread) and wait for it."""
-    import fsspec.asyn
-
-    return fsspec.asyn.sync(fs.loop, function, *args)
+            join_seconds = self._timeouts.connect_seconds + self._timeouts.read_seconds
+            shut_down(executor, join_seconds, repr(self))
 
 
 def _s3_error_code(error: BaseException) -> str | None:

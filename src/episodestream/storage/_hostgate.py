@@ -41,6 +41,7 @@ __all__ = [
     "RATE_LIMIT_DIR_ENV",
     "HostGates",
     "rate_limit_dir",
+    "reset_rate_limits",
     "share_rate_limits",
 ]
 
@@ -217,7 +218,14 @@ class HostGates:
         return float(getattr(self._local, "seconds", 0.0))
 
     def forget(self) -> None:
-        """Open every gate, and delete the window files of the shared folder (tests)."""
+        """Reset: open every gate of this process and delete the window files of the shared
+        folder, so no process sharing it waits for a window learned so far.
+
+        Public, for a program that knows the windows it learned no longer apply — the server
+        behind a host was replaced (a restarted stand-in, a test server on a reused loopback
+        port) or a window was announced in error. Against a real quota it only trades a wait
+        for a fresh 429: every reader meets the quota again and learns its window anew.
+        """
         with self._lock:
             self._gates.clear()
             self._seen.clear()
@@ -341,6 +349,13 @@ def _read_window(path: str) -> _SharedWindow | None:
 
 def _host_name(origin: Origin) -> str:
     return origin[1] if origin[2] in (80, 443) else f"{origin[1]}:{origin[2]}"
+
+
+def reset_rate_limits() -> None:
+    """Forget every rate-limit window learned so far: this process's gates open, and the
+    window files of the shared folder are deleted (see :meth:`HostGates.forget` for when
+    that is right; against a real quota it trades a wait for a fresh 429)."""
+    HOST_GATES.forget()
 
 
 def share_rate_limits(directory: str | os.PathLike[str] | None) -> Path | None:

@@ -53,6 +53,7 @@ from episodestream.storage._config import (
     DEFAULT_RETRY,
     DEFAULT_TIMEOUTS,
     Limits,
+    ReaderOptions,
     RetryPolicy,
     Timeouts,
 )
@@ -64,7 +65,12 @@ from episodestream.storage._failures import (
     status_failure,
 )
 from episodestream.storage._hostgate import HOST_GATES
-from episodestream.storage._httpbody import read_body, read_small_body, skip_body
+from episodestream.storage._httpbody import (
+    body_deadline_seconds,
+    read_body,
+    read_small_body,
+    skip_body,
+)
 from episodestream.storage._httpmetrics import Metrics
 from episodestream.storage._httprules import (
     REDIRECT_STATUSES,
@@ -82,8 +88,9 @@ from episodestream.storage._httprules import (
     target_is_fresh,
     unsatisfied_total,
 )
+from episodestream.storage._ratelimit import MAX_QUOTA_WAITS
 from episodestream.storage._redirects import REDIRECT_HOSTS
-from episodestream.storage._runner import run_bounded
+from episodestream.storage._runner import run_bounded, shut_down
 from episodestream.storage._transport import (
     Response,
     Transport,
@@ -109,6 +116,16 @@ _MAX_ROUTES = 4096  # URLs whose request headers are kept (signed URLs must not 
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
 _USER_AGENT = "episodestream/0.1"
+
+
+def _check_options(**given: Any) -> None:
+    """The constructor's arguments, checked as :class:`ReaderOptions` checks them (a
+    :class:`ConfigError` naming the argument); ``None`` is refused where it would only
+    fail at the first read."""
+    for name in ("timeouts", "limits", "retry", "max_skip_bytes", "verify", "transport"):
+        if given[name] is None:
+            raise ConfigTypeError(f"{name} must not be None (leave it out for the default)")
+    ReaderOptions(**given)
 
 
 @dataclass(slots=True)
@@ -163,6 +180,8 @@ class HttpRangeReader(BaseRangeReader):
         seed: int | None = None,
         transport: TransportFactory = WireTransport,
     ) -> None:
+        if not isinstance(base_url, str):
+            raise ConfigTypeError(f"base_url must be a str URL, got {type(base_url).__name__}")
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StorageError(f"not an http(s) URL: {redact_url(base_url)!r}")
@@ -173,6 +192,17 @@ class HttpRangeReader(BaseRangeReader):
                 f"token for an http(s) URL must be a str, got {token!r} (True/False apply to "
                 "hf:// roots)"
             )
+        _check_options(
+            headers=headers,
+            timeouts=timeouts,
+            limits=limits,
+            retry=retry,
+            failure_log=failure_log,
+            max_skip_bytes=max_skip_bytes,
+            verify=verify,
+            seed=seed,
+            transport=transport,
+        )
         credentials = dict(headers or {})
         if token:
             credentials["Authorization"] = f"Bearer {token}"
@@ -261,7 +291,9 @@ class HttpRangeReader(BaseRangeReader):
 
     def close(self) -> None:
         """Stop waiting retries, interrupt reads in flight, close every connection and join the
-        worker threads; a read interrupted by close raises :class:`StorageError` (no retry)."""
+        worker threads (for at most one connect and one read timeout; a thread still running
+        then is logged and left); a read interrupted by close raises :class:`StorageError`
+        (no retry)."""
         with self._lock:
             if self._closed:
                 return
@@ -273,7 +305,14 @@ class HttpRangeReader(BaseRangeReader):
         self._stop.set()
         self._transport.close()
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            # Woken reads end at once; a connect in progress ends within its timeout. Beyond
+            # that, a thread is logged and left rather than joined without bound.
+            shut_down(executor, self._close_join_seconds(), repr(self))
+
+    def _close_join_seconds(self) -> float:
+        """How long :meth:`close` waits for its worker threads: one connect and one read
+        timeout (every wait of theirs ends at once on close, or within those)."""
+        return self._timeouts.connect_seconds + self._timeouts.read_seconds
 
     @property
     def base_url(self) -> str:
@@ -360,17 +399,17 @@ class HttpRangeReader(BaseRangeReader):
                 if len(members) > 1:
                     self._metrics.add("coalesced_requests", len(members) - 1)
         # Every unit's parts go to the pool as one flat list: no task waits on another task.
-        tasks: list[Callable[[], bytes]] = []
+        parts: list[tuple[_FileState, int, int]] = []
         owners: list[int] = []
         for number, (state, start, end, _) in enumerate(units):
             for part_start, part_size in self._split(start, end - start):
-                tasks.append(partial(self._fetch, state, part_start, part_size))
+                parts.append((state, part_start, part_size))
                 owners.append(number)
         pieces: list[list[bytes]] = [[] for _ in units]
-        for number, piece in zip(owners, self._run_all(tasks), strict=True):
+        for number, piece in zip(owners, self._run_all(parts), strict=True):
             pieces[number].append(piece)
-        for (_, start, end, members), parts in zip(units, pieces, strict=True):
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
+        for (_, start, end, members), got in zip(units, pieces, strict=True):
+            data = got[0] if len(got) == 1 else b"".join(got)
             for index in members:
                 request = requests[index]
                 if request.offset == start and request.end == end:
@@ -437,16 +476,50 @@ class HttpRangeReader(BaseRangeReader):
         )
         return [(start, end, [indices[m] for m in members]) for start, end, members in merged]
 
-    def _run_all(self, tasks: list[Callable[[], bytes]]) -> list[bytes]:
-        """Run tasks on the reader's pool, at most ``limits.max_concurrency`` at once."""
-        return run_bounded(tasks, self._limits.max_concurrency, self._pool_executor)
+    def _run_all(self, parts: list[tuple[_FileState, int, int]]) -> list[bytes]:
+        """Fetch ``(state, offset, length)`` parts on the reader's pool, at most
+        ``limits.max_concurrency`` at once; the wait for helper threads is bounded by
+        :meth:`_longest_read_seconds` of the largest part."""
+        tasks: list[Callable[[], bytes]] = [partial(self._fetch, *part) for part in parts]
+
+        def describe(index: int) -> str:
+            state, offset, length = parts[index]
+            return f"{state.label} bytes {offset}-{offset + length - 1}"
+
+        longest = max((length for _, _, length in parts), default=0)
+        return run_bounded(
+            tasks,
+            self._limits.max_concurrency,
+            self._pool_executor,
+            wait_seconds=self._longest_read_seconds(longest),
+            describe=describe,
+        )
+
+    def _longest_read_seconds(self, length: int) -> float:
+        """The longest one read of ``length`` bytes may take under this reader's timeouts and
+        retry policy: the retry budget, every quota window it may wait out, and the
+        exchanges of its last attempt (redirect hops and refused targets included), each a
+        pool wait, a connection, the headers, a skip past an ignored ``Range`` and the body
+        at the minimum rate."""
+        timeouts, retry = self._timeouts, self._retry
+        exchange = (
+            timeouts.pool_seconds
+            + timeouts.connect_seconds
+            + timeouts.read_seconds
+            + body_deadline_seconds(timeouts.read_seconds, self._max_skip_bytes)
+            + body_deadline_seconds(timeouts.read_seconds, length)
+        )
+        return (
+            retry.max_elapsed_seconds
+            + retry.rate_limit_max_seconds * MAX_QUOTA_WAITS
+            + (1 + MAX_REDIRECTS + MAX_TARGET_REFUSALS) * exchange
+        )
 
     def _fetch_split(self, state: _FileState, offset: int, length: int) -> bytes:
         parts = self._split(offset, length)
         if len(parts) == 1:
             return self._fetch(state, offset, length)
-        pieces = self._run_all([partial(self._fetch, state, s, n) for s, n in parts])
-        return b"".join(pieces)
+        return b"".join(self._run_all([(state, s, n) for s, n in parts]))
 
     def _pool_executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -615,7 +688,9 @@ class HttpRangeReader(BaseRangeReader):
                         continue
                     if status == 416 and (probe or to_end):
                         total = unsatisfied_total(response.headers.get("Content-Range"))
-                        read_small_body(response, 64 * 1024)
+                        read_small_body(
+                            response, 64 * 1024, read_seconds=self._timeouts.read_seconds
+                        )
                         if total is not None and total <= start:
                             # The file ends exactly where we are (an empty file, for a probe).
                             self._pin(state, response.headers, total, start, end, trusted=trusted)
@@ -627,7 +702,9 @@ class HttpRangeReader(BaseRangeReader):
                     if status == 403 and url != state.url and refusals < MAX_TARGET_REFUSALS:
                         # A redirect target refused: expired, or signed for another range. Ask the
                         # origin again for this very range (bounded; reset when bytes arrive).
-                        read_small_body(response, 64 * 1024)
+                        read_small_body(
+                            response, 64 * 1024, read_seconds=self._timeouts.read_seconds
+                        )
                         with self._lock:
                             if state.target == url:
                                 state.target = None
@@ -691,7 +768,7 @@ class HttpRangeReader(BaseRangeReader):
         """Every redirect goes through here (ranges and documents): its small body drained so
         the connection is reused, its ``Location`` checked and made absolute."""
         location = response.headers.get("Location")
-        read_small_body(response, 64 * 1024)
+        read_small_body(response, 64 * 1024, read_seconds=self._timeouts.read_seconds)
         try:
             return redirect_target(url, location)
         except AnswerError as error:
@@ -767,7 +844,9 @@ class HttpRangeReader(BaseRangeReader):
                 f"streaming past more than max_skip_bytes={self._max_skip_bytes}"
             )
         self._metrics.add("range_ignored")
-        skipped = skip_body(response, start, where, self._metrics)
+        skipped = skip_body(
+            response, start, where, self._metrics, read_seconds=self._timeouts.read_seconds
+        )
         if skipped < start:
             raise InvalidResponse(f"{where}: file ends at byte {skipped}")
         stop = end if total is None else min(end, total)
@@ -846,7 +925,7 @@ class HttpRangeReader(BaseRangeReader):
         where = state.label
         if start is not None and end is not None:
             where = f"{where} bytes {start}-{end - 1}"
-        body = read_small_body(response, 64 * 1024)
+        body = read_small_body(response, 64 * 1024, read_seconds=self._timeouts.read_seconds)
         with self._lock:
             known = state.size
         raise status_failure(
@@ -886,7 +965,13 @@ class HttpRangeReader(BaseRangeReader):
                         continue
                     if status == 200:
                         headers = response.headers
-                        body = read_small_body(response, max_bytes, strict=True)
+                        body = read_small_body(
+                            response,
+                            max_bytes,
+                            read_seconds=self._timeouts.read_seconds,
+                            strict=True,
+                            where=redact_url(url),
+                        )
                         assert body is not None
                         self._metrics.add("bytes", len(body))
                         return body, headers

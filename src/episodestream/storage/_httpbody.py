@@ -15,16 +15,24 @@ from episodestream.storage._httpmetrics import Metrics
 from episodestream.storage._httprules import describe_error
 from episodestream.storage._transport import Response
 
-__all__ = ["read_body", "read_small_body", "skip_body"]
+__all__ = ["body_deadline_seconds", "read_body", "read_small_body", "skip_body"]
 
-_READ_CHUNK_BYTES = 1024 * 1024
+# Small bodies and skips go in calls of this size: the minimum-rate deadline is checked
+# between calls (one call blocks until its bytes are there or the read timeout passes).
+_READ_CHUNK_BYTES = 64 * 1024
 # One body read call fills one bytes object straight from the socket; ranges up to this size
 # (episode spans, split parts) arrive with no copy at all.
 _BODY_CALL_BYTES = 16 * 1024 * 1024
-_SKIP_CHUNK_BYTES = 1024 * 1024
+_SKIP_CHUNK_BYTES = 64 * 1024
 # A body slower than this (after the first read timeout's worth of grace) fails the attempt,
 # so a trickling server cannot hold a read forever.
 _MIN_BODY_BYTES_PER_SECOND = 64 * 1024
+
+
+def body_deadline_seconds(read_seconds: float, wanted: int) -> float:
+    """How long reading (or skipping) ``wanted`` body bytes may take in all: the read timeout,
+    or longer for a body that needs it at the minimum rate (64 KiB/s)."""
+    return max(read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND)
 
 
 def read_body(
@@ -45,7 +53,7 @@ def read_body(
     """
     pieces: list[bytes] = []
     position = 0
-    deadline = time.monotonic() + max(read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND)
+    deadline = time.monotonic() + body_deadline_seconds(read_seconds, wanted)
     failure: Retry | None = None
     body_started: float | None = None
     try:
@@ -86,15 +94,24 @@ def read_body(
     return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), failure
 
 
-def read_small_body(response: Response, limit: int, *, strict: bool = False) -> bytes | None:
+def read_small_body(
+    response: Response,
+    limit: int,
+    *,
+    read_seconds: float,
+    strict: bool = False,
+    where: str = "response body",
+) -> bytes | None:
     """The whole body when it fits in ``limit`` bytes (the response's ``with`` then keeps
     its connection).
 
-    A larger (declared or actual) body, or a broken one, is left unread (the ``with``
-    closes the connection) and gives ``None`` — or, with ``strict``, raises:
-    ``InvalidResponse`` for too large, ``Retry`` for a broken transfer.
+    A larger (declared or actual) body, or a broken or too slow one (the same deadline as
+    :func:`read_body`'s, for ``limit`` bytes), is left unread (the ``with`` closes the
+    connection) and gives ``None`` — or, with ``strict``, raises: ``InvalidResponse`` for
+    too large, ``Retry`` for a broken or too slow transfer. ``where`` (a redacted URL) begins
+    the messages.
     """
-    where = "response body"
+    deadline = time.monotonic() + body_deadline_seconds(read_seconds, limit)
     length = response.headers.get("Content-Length")
     if length is not None and (not length.strip().isdigit() or int(length) > limit):
         if strict:
@@ -115,6 +132,15 @@ def read_small_body(response: Response, limit: int, *, strict: bool = False) -> 
                 if strict:
                     raise InvalidResponse(f"{where}: body larger than {limit} bytes")
                 return None
+            more = length is None or total < int(length)
+            if more and time.monotonic() > deadline:
+                if strict:
+                    raise Retry(
+                        StorageTimeout(
+                            f"{where}: body slower than the attempt deadline ({total} bytes read)"
+                        )
+                    )
+                return None
     except (OSError, ValueError) as error:
         if strict:
             broken = StorageError(f"{where}: body broken: {describe_error(error)}")
@@ -123,12 +149,16 @@ def read_small_body(response: Response, limit: int, *, strict: bool = False) -> 
     return b"".join(parts)
 
 
-def skip_body(response: Response, count: int, where: str, metrics: Metrics) -> int:
+def skip_body(
+    response: Response, count: int, where: str, metrics: Metrics, *, read_seconds: float
+) -> int:
     """Stream past (never buffer) up to ``count`` body bytes; how many there were.
 
-    A broken transfer raises ``Retry``; fewer than ``count`` means the body ended.
+    A broken transfer, or one slower than :func:`read_body`'s deadline for ``count`` bytes,
+    raises ``Retry``; fewer than ``count`` means the body ended.
     """
     skipped = 0
+    deadline = time.monotonic() + body_deadline_seconds(read_seconds, count)
     try:
         while skipped < count:
             chunk = response.read(min(_SKIP_CHUNK_BYTES, count - skipped))
@@ -136,6 +166,13 @@ def skip_body(response: Response, count: int, where: str, metrics: Metrics) -> i
                 break
             skipped += len(chunk)
             metrics.add("bytes", len(chunk))
+            if skipped < count and time.monotonic() > deadline:
+                raise Retry(
+                    StorageTimeout(
+                        f"{where}: skipping to byte {count} slower than the attempt deadline "
+                        f"({skipped} bytes skipped)"
+                    )
+                )
     except (OSError, ValueError) as error:
         raise Retry(StorageError(f"{where}: {describe_error(error)}")) from error
     return skipped

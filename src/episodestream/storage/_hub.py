@@ -35,6 +35,8 @@ from episodestream.storage._urls import origin_of
 
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_endpoint", "hub_token"]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 # Hub hosts that receive the token besides the configured endpoint: an HF_ENDPOINT mirror may
 # redirect back to them, and huggingface_hub keeps the token on such a redirect (its
@@ -45,8 +47,6 @@ HUB_ORIGINS: frozenset[tuple[str, str, int]] = frozenset(
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.IGNORECASE)
 # A tree listing is paginated; this bounds the pages followed (1,000 entries each on the Hub).
-logger = logging.getLogger(__name__)
-
 _MAX_LIST_PAGES = 100_000
 # bound on waiting for another thread's listing of the same folder
 _LISTING_WAIT_S = 120.0
@@ -172,10 +172,12 @@ class HubRangeReader(HttpRangeReader):
     def file_info(self, path: str) -> FileInfo:
         """Size and validators of ``path``. At a pinned commit, the first look into a folder
         lists it (one tree request per 1,000 files) instead of probing each file with a
-        ``bytes=0-0`` request through the CDN."""
+        ``bytes=0-0`` request through the CDN. A file at the reader's root is probed: the
+        root's listing is recursive, the whole repo below it."""
         clean = normalize_relative_path(path)
-        if self._commit is not None:
-            self._list_folder_once(posixpath.dirname(clean))
+        folder = posixpath.dirname(clean)
+        if self._commit is not None and folder:
+            self._list_folder_once(folder)
         return super().file_info(clean)
 
     def __getstate__(self) -> dict[str, Any]:

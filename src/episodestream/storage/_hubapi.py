@@ -43,7 +43,7 @@ from episodestream.errors import (
     StorageError,
     StorageTimeout,
 )
-from episodestream.storage._config import RetryPolicy
+from episodestream.storage._config import RETRYABLE_STATUSES, RetryPolicy
 from episodestream.storage._messages import MAX_MESSAGE_CHARS, server_message
 from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, parse_rate_limit
 
@@ -86,7 +86,8 @@ def hub_token(token: str | bool | None = None) -> str | None:
 
     - a str: that token; ``False``: none;
     - ``None``: the ambient login, unless ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set (then none);
-    - ``True``: the ambient login, and a :class:`StorageError` when there is none.
+    - ``True``: the ambient login, and a :class:`ConfigError` saying how to provide one when
+      there is none.
 
     The ambient login is whatever huggingface_hub finds: ``HF_TOKEN``, the token stored by
     ``hf auth login`` (``HF_TOKEN_PATH`` or ``HF_HOME``; refreshed when it is an expiring OAuth
@@ -99,8 +100,9 @@ def hub_token(token: str | bool | None = None) -> str | None:
     try:
         return get_token_to_send(token)
     except LocalTokenNotFoundError as error:
-        raise StorageError(
-            "token=True but no Hub token found: set HF_TOKEN or log in with `hf auth login`"
+        raise ConfigError(
+            "token=True but no Hub token found: set HF_TOKEN, log in with `hf auth login`, "
+            "or pass the token itself (token=None reads public repos without one)"
         ) from error
 
 
@@ -221,7 +223,9 @@ def call_hub(
             delay = retry.next_delay(attempt, rng, retry_after)
             elapsed = time.monotonic() - started
             if not retryable or not retry.should_retry(attempt, elapsed, delay):
-                if retryable:
+                if retryable and status is not None:
+                    error = translate_hub_error(raw, what, secrets, retried=attempt - 1)
+                elif retryable:
                     error.args = (f"{error} — gave up after {attempt} attempt(s)",)
                 raise error from cause
             logger.debug("%s: retrying in %.2f s: %s", what, delay, error)
@@ -248,9 +252,14 @@ def chainable(error: BaseException, secrets: Iterable[str]) -> BaseException | N
     return None if any(secret and secret in str(error) for secret in secrets) else error
 
 
-def translate_hub_error(error: BaseException, what: str, secrets: Iterable[str]) -> StorageError:
+def translate_hub_error(
+    error: BaseException, what: str, secrets: Iterable[str], *, retried: int | None = None
+) -> StorageError:
     """Our typed error for an error from huggingface_hub or its HTTP library, with the Hub's
-    message (never one holding a secret) and ``what`` (the repo, revision or file)."""
+    message (never one holding a secret) and ``what`` (the repo, revision or file).
+
+    A status worth retrying (429 without a quota window, 408, 5xx) is a :class:`StorageError`
+    — the Hub was unavailable, not wrong — saying how many times it was ``retried``."""
     hf = load_hf()
     transport = _transport()
 
@@ -283,6 +292,9 @@ def translate_hub_error(error: BaseException, what: str, secrets: Iterable[str])
         return NotFound(
             f"{what}: HTTP {status}, no such repo (or private without a valid token){reason}"
         )
+    if status in RETRYABLE_STATUSES:
+        tries = f" (retried {retried} times)" if retried else ""
+        return StorageError(f"{what}: HTTP {status}{tries}{reason}")
     return InvalidResponse(f"{what}: unexpected HTTP {status}{reason}")
 
 

@@ -21,6 +21,7 @@ line; the ``hub`` extra also allows 0.x, which LeRobot 0.4 pins): without it,
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import tempfile
@@ -41,6 +42,8 @@ from episodestream.storage._hubapi import (
 from episodestream.storage._location import Location
 
 __all__ = ["DEFAULT_PUBLISH_MESSAGE", "PublishResult", "check_publishable", "publish_file"]
+
+logger = logging.getLogger(__name__)
 
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_PUBLISH_MESSAGE = "Publish the episodestream sidecar index"
@@ -93,6 +96,10 @@ def publish_file(
         parent_commit: Hub repos only: the commit the caller read; the Hub refuses the commit
             if the branch moved on since.
         commit_message: Hub repos only: the commit's title.
+
+    A Hub upload (``create_commit``, ``batch_bucket_files``) has no time bound: huggingface_hub
+    takes none for it, and one cannot be cancelled from outside; it is logged at INFO when it
+    starts and when it ends.
 
     Raises:
         PublishError: the destination refused the write (the service's message included).
@@ -266,6 +273,13 @@ def _publish_repo(
     parent_commit: str | None,
     commit_message: str,
 ) -> PublishResult:
+    """One commit adding the file (or a pull request with ``create_pr``).
+
+    Not time-bounded: ``HfApi.create_commit`` takes no timeout (its preupload, LFS/Xet upload
+    and commit calls have none we can set), and a thread wrapped around it could only be
+    abandoned, never cancelled — it would leak and might still commit later. An INFO line
+    says when the upload starts and ends, so a stalled publish shows where it stands.
+    """
     from huggingface_hub import CommitOperationAdd
 
     revision = location.revision or "main"
@@ -273,6 +287,12 @@ def _publish_repo(
     destination = location.join(clean).url
     api, resolved_token = _hub_api(token, endpoint)
     assert location.repo_id is not None
+    logger.info(
+        "publishing %s (%d bytes) as a commit%s; huggingface_hub's upload has no time bound",
+        destination,
+        len(data),
+        " (pull request)" if create_pr else "",
+    )
     try:
         info = api.create_commit(
             location.repo_id,
@@ -286,6 +306,7 @@ def _publish_repo(
         )
     except (*hub_error_types(), *_CLIENT_ERRORS) as error:
         _raise_refusal(destination, error, resolved_token, pull_requests=not create_pr)
+    logger.info("published %s: commit %s", destination, info.oid)
     return PublishResult(destination, commit=info.oid, pull_request=info.pr_url)
 
 
@@ -309,12 +330,23 @@ def _publish_bucket(
     token: str | bool | None,
     endpoint: str | None,
 ) -> PublishResult:
+    """The file added to a bucket: its Xet upload, then one batch call.
+
+    The write-token check is bounded by the read timeout; ``HfApi.batch_bucket_files`` is
+    not (it takes no timeout, and a thread around it would leak rather than cancel it). An
+    INFO line says when the upload starts and ends.
+    """
     path_in_bucket = f"{location.path}/{clean}" if location.path else clean
     destination = location.join(clean).url
     api, resolved_token = _hub_api(token, endpoint)
     assert location.repo_id is not None
     try:
         _check_bucket_write(api, location.repo_id, resolved_token)
+        logger.info(
+            "publishing %s (%d bytes) to a bucket; huggingface_hub's upload has no time bound",
+            destination,
+            len(data),
+        )
         api.batch_bucket_files(
             location.repo_id,
             add=[(data, path_in_bucket)],
@@ -322,4 +354,5 @@ def _publish_bucket(
         )
     except (*hub_error_types(), *_CLIENT_ERRORS) as error:
         _raise_refusal(destination, error, resolved_token, pull_requests=False)
+    logger.info("published %s", destination)
     return PublishResult(destination)
