@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -161,3 +162,29 @@ def test_index_subset_errors(lerobot_fixture_root: Path, tmp_path: Path) -> None
         assert "a published sidecar is the dataset's whole index" in refused.stderr
     assert not (lerobot_fixture_root / PUBLISHED_SIDECAR_PATH).exists()
     assert not (tmp_path / "sidecars").exists()  # refused before anything was built
+
+
+def test_bench_on_indexed_episodes_uses_their_subset_sidecar(
+    lerobot_fixture_root: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    root = str(lerobot_fixture_root)
+    indexed = run_cli("index", root, "--episodes", "1,3", cache=cache)
+    assert indexed.returncode == 0, indexed.stderr
+    subset_path = Path(indexed.stdout.strip())
+    files_before = sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file())
+
+    report = tmp_path / "bench.json"
+    bench = run_cli(
+        "bench", root, "--episodes", "3,1", "--tracks", "stream", "--samples", "8",
+        "--no-progress", "--json", str(report),
+        cache=cache,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    dataset = json.loads(report.read_text())["dataset"]
+    assert dataset["index_origin"] == "cache"  # found, not built
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+    assert not sidecar_cache_path(meta, cache).exists()  # the whole index was never built
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) == files_before
+    assert subset_path.exists()

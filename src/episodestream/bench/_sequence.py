@@ -151,14 +151,22 @@ def open_bench_dataset(
         meta = load_dataset_meta(reader, root=location.url, revision=reader.revision)
         if reader.revision is not None:
             location = dataclasses.replace(location, revision=reader.revision)
-        started = time.perf_counter()
-        manifest = open_manifest(reader, meta, cache_dir=config.cache_dir, progress=config.progress)
-        index_seconds = time.perf_counter() - started
-        rank, world_size = config.shard()
-        sequence = _sequence(config, meta, manifest, rank, world_size, local_reader or reader)
         subset = None
         if config.episodes is not None or config.num_episodes is not None:
             subset = tuple(int(e) for e in selected_episodes(config, meta)[0].tolist())
+        started = time.perf_counter()
+        # a subset's sidecar (index --episodes/--num-episodes) holding them will do, as it
+        # does for the datasets opened on those episodes
+        manifest = open_manifest(
+            reader,
+            meta,
+            cache_dir=config.cache_dir,
+            progress=config.progress,
+            episodes=subset,
+        )
+        index_seconds = time.perf_counter() - started
+        rank, world_size = config.shard()
+        sequence = _sequence(config, meta, manifest, rank, world_size, local_reader or reader)
     finally:
         reader.close()
     return BenchDataset(
