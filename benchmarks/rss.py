@@ -4,7 +4,8 @@ fresh threads per pass.
 Run: ``python -m benchmarks.rss [--passes 50] [--episodes 3] [--budget 64MiB]``
 (on the cached demo dataset, local disk, so the figure is about memory, not the network).
 
-Three child processes run side by side, started together, each without ``MALLOC_ARENA_MAX``:
+Three child processes (more when asked) run side by side, started together, each without
+``MALLOC_ARENA_MAX``:
 
 - ``kept``: every pass runs to its end, so the pool keeps its fetch, rows and decode threads
   for the next pass (what a training loop over epochs does);
@@ -17,10 +18,12 @@ Three child processes run side by side, started together, each without ``MALLOC_
 
 Each prints RSS after every pass; the report gives RSS(last)/RSS(2) per mode (target for
 ``kept``: at most 1.01), CPU per sample against ``kept, no trim`` and the growth side by side.
-``--fixed-mmap-threshold`` adds a fourth child, ``kept, no trim`` with
-``MALLOC_MMAP_THRESHOLD_=131072``: glibc then stops raising its mmap threshold as large blocks
-are freed, so large buffers (frames, clips) are mapped and unmapped instead of fragmenting the
-heaps; it tells how much of the growth is that.
+``--pass-end-trim`` adds ``kept+pass-end trim``: ``kept`` that also trims once after every
+pass (what the pool could do at a pass end). ``--fixed-mmap-threshold`` adds a child
+``kept, no trim, mmap128k``: ``kept, no trim`` with ``MALLOC_MMAP_THRESHOLD_=131072``: glibc
+then stops raising its mmap threshold as large blocks are freed, so large buffers (frames,
+clips) are mapped and unmapped instead of fragmenting the heaps; it tells how much of the
+growth is that.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ _FIXED = "kept, no trim, mmap128k"
 _FIXED_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 #: kept threads as before the heap trimmer: ``heap_trimmer()`` turned off
 _BEFORE = "kept, no trim"
+#: kept threads, and a trim after every pass besides (``--pass-end-trim``)
+_PASS_END = "kept+pass-end trim"
 _MIB = 2**20
 #: bound on one child's whole run (50 passes of a few hundred samples take minutes)
 _CHILD_TIMEOUT_S = 3600.0
@@ -122,9 +127,12 @@ def measure_rss_passes(
     threads: ThreadMode = "kept",
     cache_dir: str | None = None,
     trim: bool = True,
+    trim_at_pass_end: bool = False,
 ) -> list[RssPass]:
     """Iterate ``passes`` epochs of one pool dataset; RSS after each (after ``gc.collect``).
-    ``trim=False`` turns the process's heap trimmer off (decode/_heap.py)."""
+    ``trim=False`` turns the process's heap trimmer off (decode/_heap.py);
+    ``trim_at_pass_end`` also trims once the pass has ended (``heap_trimmer().trim_now()``,
+    inside the pass's CPU time), as a pool could do at each pass end."""
     root = ensure_synthetic_dataset(DEMO_SPEC)
     heap_trimmer().enabled = trim
     process = psutil.Process()
@@ -157,6 +165,8 @@ def measure_rss_passes(
             else:
                 iterator.close()  # before its end: the pass stops its threads
             del iterator
+            if trim_at_pass_end:
+                heap_trimmer().trim_now()
             cpu_s = time.process_time() - cpu_started
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
             trims = heap_trimmer().stats()
@@ -192,6 +202,8 @@ def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
         mode: (mode, env, []) for mode in _MODES
     }
     runs[_BEFORE] = ("kept", env, ["--no-trim"])
+    if args.pass_end_trim:
+        runs[_PASS_END] = ("kept", env, ["--trim-at-pass-end"])
     if args.fixed_mmap_threshold:
         runs[_FIXED] = ("kept", {**env, **_FIXED_ENV}, ["--no-trim"])
     children = {
@@ -242,7 +254,9 @@ def main() -> None:
     parser.add_argument("--budget", default="64MiB")
     parser.add_argument("--fixed-mmap-threshold", action="store_true")
     parser.add_argument("--child", choices=_MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--pass-end-trim", action="store_true")
     parser.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trim-at-pass-end", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parse_bytes(args.budget)
     if args.passes < 2:
@@ -254,6 +268,7 @@ def main() -> None:
             budget=args.budget,
             threads=args.child,
             trim=not args.no_trim,
+            trim_at_pass_end=args.trim_at_pass_end,
         )
         print(json.dumps([asdict(p) for p in passes]))
         return

@@ -29,6 +29,7 @@ def test_trims_at_most_once_per_interval_and_not_when_disabled() -> None:
         assert not ON_GLIBC
         trimmer = HeapTrimmer(trim=None)
         assert not trimmer.maybe_trim()
+        assert not trimmer.trim_now()
         trimmer.enabled = True  # cannot be turned on without a malloc_trim
         assert not trimmer.enabled
         return
@@ -36,12 +37,15 @@ def test_trims_at_most_once_per_interval_and_not_when_disabled() -> None:
     assert trimmer.enabled
     assert trimmer.maybe_trim()
     assert not trimmer.maybe_trim()  # within the hour
+    assert trimmer.trim_now()  # asked outright: trims whenever the last trim was
+    assert not trimmer.maybe_trim()
     stats = trimmer.stats()
-    assert (stats.trims, stats.available, stats.enabled) == (1, True, True)
+    assert (stats.trims, stats.available, stats.enabled) == (2, True, True)
     assert stats.seconds >= 0
     every_time = HeapTrimmer(min_interval_s=0, max_cpu_share=1e9, trim=trim)
     every_time.enabled = False
     assert not every_time.maybe_trim()
+    assert not every_time.trim_now()
     every_time.enabled = True
     assert every_time.maybe_trim()
     assert every_time.maybe_trim()

@@ -117,18 +117,30 @@ class HeapTrimmer:
         try:
             if time.monotonic() < self._next_at or time.process_time() < self._next_cpu:
                 return False
-            assert self._trim is not None
-            started = time.thread_time()
-            self._trim(0)
-            took = time.thread_time() - started
-            self._trims += 1
-            self._seconds += took
-            self._next_at = time.monotonic() + self._min_interval_s
-            self._next_cpu = time.process_time() + took / self._max_cpu_share
+            self._trim_locked()
         finally:
             self._lock.release()
-        _LOG.debug("malloc_trim(0) took %.2f ms", 1000 * took)
         return True
+
+    def trim_now(self) -> bool:
+        """Trim now if enabled, whenever the last trim was (for a caller that knows a burst
+        of frees just ended, e.g. a pass's end); True when this call trimmed."""
+        if not self._enabled:
+            return False
+        with self._lock:
+            self._trim_locked()
+        return True
+
+    def _trim_locked(self) -> None:
+        assert self._trim is not None
+        started = time.thread_time()
+        self._trim(0)
+        took = time.thread_time() - started
+        self._trims += 1
+        self._seconds += took
+        self._next_at = time.monotonic() + self._min_interval_s
+        self._next_cpu = time.process_time() + took / self._max_cpu_share
+        _LOG.debug("malloc_trim(0) took %.2f ms", 1000 * took)
 
     def stats(self) -> HeapTrimStats:
         return HeapTrimStats(
