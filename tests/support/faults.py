@@ -56,7 +56,7 @@ from typing import Literal, Protocol, Self
 
 from episodestream._checks import check_choice, check_int, check_number
 from episodestream.errors import ConfigError
-from episodestream.serving._loop import LoopProxy, LoopThread
+from episodestream.serving._loop import LoopProxy
 from episodestream.serving._net import LOOPBACK_HOST
 
 __all__ = [
@@ -569,30 +569,23 @@ class FaultProxy(LoopProxy):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
-        if isinstance(upstream, str):
-            parsed = urllib.parse.urlsplit(upstream)
-            if parsed.hostname is None or parsed.port is None:
-                raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
-            upstream = (parsed.hostname, parsed.port)
-        self.upstream: tuple[str, int] = upstream
+        self._set_up(
+            "fault proxy",
+            "episodestream-faults",
+            upstream,
+            host=host,
+            port=port,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            log=logger,
+        )
         self._plan: FaultPlan = plan if plan is not None else _NoFaults()
-        self._host = host
-        self._requested_port = port or 0
         self.io_timeout_s = io_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._records: list[FaultRecord] = []
         self._records_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._runner = LoopThread(
-            "fault proxy",
-            "episodestream-faults",
-            host=host,
-            port=self._requested_port,
-            start_timeout_s=start_timeout_s,
-            stop_timeout_s=stop_timeout_s,
-            log=logger,
-        )
 
     # -- plan and records ----------------------------------------------------------------
 
@@ -612,10 +605,6 @@ class FaultProxy(LoopProxy):
         """Every request handled so far, in arrival order."""
         with self._records_lock:
             return list(self._records)
-
-    def fault_counts(self) -> collections.Counter[str]:
-        """How many times each fault was applied (by :attr:`Fault.label`)."""
-        return collections.Counter(r.fault for r in self.records() if r.fault is not None)
 
     # -- lifecycle -----------------------------------------------------------------------
 
