@@ -108,41 +108,89 @@ def test_retry_policy_bounds_the_wait():
         RetryPolicy(rate_limit_max_seconds=-1)
 
 
+# Windows here are long (minutes) and ended by the test itself, so no assertion depends on
+# how fast a loaded machine runs: what is asserted is order (who returned before what).
+LONG_WINDOW_SECONDS = 600.0
+# Bounds on waits for something the test causes; reached only when the code under test fails.
+NEVER_SECONDS = 60.0
+
+
+class _WatchedStop(threading.Event):
+    """A stop event that counts the threads blocked in ``wait`` on it: the test knows when
+    every worker is inside its gate wait, without sleeping to guess."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count_lock = threading.Lock()
+        self.waiting: set[int] = set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._count_lock:
+            self.waiting.add(threading.get_ident())
+        return super().wait(timeout)
+
+    def until_waiting(self, count: int) -> None:
+        deadline = time.monotonic() + NEVER_SECONDS
+        while len(self.waiting) < count:
+            assert time.monotonic() < deadline, f"only {len(self.waiting)} of {count} waiting"
+            time.sleep(0.01)
+
+
 def test_gate_is_shared_by_threads_and_logged_once(caplog):
     gates = HostGates()
     caplog.set_level(logging.WARNING, logger="episodestream.storage")
-    stop = threading.Event()
+    stop = _WatchedStop()
     assert gates.wait("https://hub.example/x", stop) == 0.0
-    assert gates.hold("https://hub.example/a", 0.5, "quota 'api' exhausted")
+    assert not stop.waiting  # an open gate returns at once
+    assert gates.hold("https://hub.example/a", LONG_WINDOW_SECONDS, "quota 'api' exhausted")
     assert not gates.hold("https://hub.example/b", 0.3, "again")  # same window: no new log
     assert gates.remaining("https://other.example/") == 0.0
-    waited: list[float] = []
+    returned: list[tuple[float, float]] = []  # (seconds waited, when it returned)
 
     def worker() -> None:
-        waited.append(gates.wait("https://hub.example/c", stop, slice_seconds=0.05))
+        waited = gates.wait("https://hub.example/c", stop, slice_seconds=0.05)
+        returned.append((waited, time.monotonic()))
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for thread in threads:
         thread.start()
+    stop.until_waiting(8)  # every thread is held by the gate another URL of its host closed
+    assert not returned
+    assert gates.remaining("https://hub.example/") > LONG_WINDOW_SECONDS / 2
+    opened = time.monotonic()
+    gates.forget()  # the window ends now
     for thread in threads:
-        thread.join(10)
-    assert len(waited) == 8 and all(0.3 < w < 3.0 for w in waited)
+        thread.join(NEVER_SECONDS)
+    assert len(returned) == 8
+    assert all(waited > 0 and when >= opened for waited, when in returned)
+    assert not stop.is_set()  # they returned because the gate opened, not because of stop
     assert gates.remaining("https://hub.example/") == 0.0
     records = [r for r in caplog.records if "rate-limits us" in r.getMessage()]
     assert len(records) == 1
     assert "hub.example" in records[0].getMessage() and "quota 'api'" in records[0].getMessage()
-    assert "waits 0 s" in records[0].getMessage() or "waits 1 s" in records[0].getMessage()
+    assert f"waits {LONG_WINDOW_SECONDS:.0f} s" in records[0].getMessage()
 
 
 def test_gate_wait_ends_when_stopped():
     gates = HostGates()
-    gates.hold("http://h:8080/", 60.0, "long window")
-    stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    began = time.monotonic()
-    gates.wait("http://h:8080/x", stop, slice_seconds=5.0)
-    assert time.monotonic() - began < 3.0
-    assert gates.remaining("http://h:8080/") > 50
+    gates.hold("http://h:8080/", LONG_WINDOW_SECONDS, "long window")
+    stop = _WatchedStop()
+    returned = threading.Event()
+
+    def worker() -> None:
+        # one slice longer than the window: only stop can end this wait early
+        gates.wait("http://h:8080/x", stop, slice_seconds=2 * LONG_WINDOW_SECONDS)
+        returned.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    stop.until_waiting(1)
+    assert not returned.is_set()
+    stop.set()
+    thread.join(NEVER_SECONDS)
+    assert returned.is_set()
+    # it returned before the window's end: most of the window is still ahead
+    assert gates.remaining("http://h:8080/") > LONG_WINDOW_SECONDS / 2
 
 
 # ---------------------------------------------------------------- shared across processes
@@ -156,16 +204,26 @@ def test_a_window_held_by_one_process_closes_the_others_gate(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="episodestream.storage")
     first, second = HostGates(tmp_path), HostGates(tmp_path)
     assert second.remaining(HUB) == 0.0
-    assert first.hold(HUB, 0.6, "quota 'api' (500 requests per 300 s) exhausted")
+    window = 300.0  # its end is never waited for: the test ends it
+    assert first.hold(HUB, window, "quota 'api' (500 requests per 300 s) exhausted")
     [window_file] = tmp_path.glob("*.json")
     assert window_file.name == "https_hub.example_443.json"
     record = json.loads(window_file.read_text())
     assert record["reason"] == "quota 'api' (500 requests per 300 s) exhausted"
-    assert record["pid"] == os.getpid() and record["seconds"] == 0.6
-    assert 0.3 < second.remaining(HUB) <= 0.6
+    assert record["pid"] == os.getpid() and record["seconds"] == window
+    assert window / 2 < second.remaining(HUB) <= window  # most of the window, from the file
     assert second.remaining("https://other.example/") == 0.0
-    waited = second.wait(HUB, threading.Event(), slice_seconds=0.05)
-    assert 0.2 < waited < 3.0 and second.remaining(HUB) == 0.0
+    stop = _WatchedStop()
+    waited: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(second.wait(HUB, stop, slice_seconds=0.05))
+    )
+    waiter.start()
+    stop.until_waiting(1)  # the second process waits for the window the first one learned
+    assert not waited
+    second.forget()  # the window ends (for the second process, and the file is gone)
+    waiter.join(NEVER_SECONDS)
+    assert len(waited) == 1 and waited[0] > 0 and second.remaining(HUB) == 0.0
     learned = [r.getMessage() for r in caplog.records if "learned by process" in r.getMessage()]
     assert len(learned) == 1  # logged once, with the reason and the time left
     assert "quota 'api'" in learned[0] and "waits" in learned[0]
@@ -215,9 +273,10 @@ def test_a_broken_or_unbounded_window_file_is_ignored(tmp_path, content):
 
 
 def test_a_window_from_a_clock_set_ahead_is_bounded_by_its_length(tmp_path):
-    record = {"until_wall": time.time() + 800, "seconds": 2.0, "reason": "r", "pid": 1}
+    record = {"until_wall": time.time() + 800, "seconds": 200.0, "reason": "r", "pid": 1}
     (tmp_path / "https_hub.example_443.json").write_text(json.dumps(record))
-    assert 1.5 < HostGates(tmp_path).remaining(HUB) <= 2.0
+    # the file's length (200 s) bounds it, not its end 800 s ahead; most of it is left
+    assert 100 < HostGates(tmp_path).remaining(HUB) <= 200.0
 
 
 def test_an_unwritable_folder_leaves_each_process_its_own_gate(tmp_path, caplog):
@@ -225,9 +284,9 @@ def test_an_unwritable_folder_leaves_each_process_its_own_gate(tmp_path, caplog)
     blocker = tmp_path / "file"
     blocker.write_text("")
     gates = HostGates(blocker / "ratelimit")  # a folder under a file: cannot be created
-    assert gates.hold(HUB, 0.5, "quota exhausted")
-    gates.hold(HUB, 0.8, "again")
-    assert gates.remaining(HUB) > 0.3  # this process still waits
+    assert gates.hold(HUB, 50.0, "quota exhausted")
+    gates.hold(HUB, 80.0, "again")
+    assert gates.remaining(HUB) > 50.0  # this process still waits (the window moved later)
     warnings = [r.getMessage() for r in caplog.records if "cannot share" in r.getMessage()]
     assert len(warnings) == 1 and "EPISODESTREAM_RATE_LIMIT_DIR" in warnings[0]
 
