@@ -25,6 +25,7 @@ from episodestream.manifest import (
     write_sidecar,
 )
 from episodestream.storage import LocalRangeReader, open_reader
+from tests.plugins.datasets import LeRobotReference
 from tests.plugins.storage import HubStandIn, S3Stand
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,21 +46,8 @@ def hub(
     hub_standin: HubStandIn, lerobot_fixture_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> HubStandIn:
     hub_standin.commit(REPO, _files(lerobot_fixture_root))
-    # the CLI finds the Hub and the token as huggingface_hub does
-    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
-    monkeypatch.setenv("HF_TOKEN", hub_standin.token)
+    hub_standin.serve_as_the_hub(monkeypatch)
     return hub_standin
-
-
-def _check_against_reference(samples: dict[int, dict], reference) -> None:
-    arrays = reference.samples
-    assert sorted(samples) == list(range(244))  # the whole epoch, every frame once
-    for row, index in enumerate(arrays["request_index"].tolist()):
-        sample = samples[index]
-        for key in ("observation.images.cam_high", "observation.images.cam_right_wrist"):
-            expected = arrays[key][row].astype(np.float32) / 255
-            assert np.array_equal(sample[key].numpy(), expected), (index, key)
-        assert np.array_equal(sample["action"].numpy(), arrays["action"][row])
 
 
 def _sidecar_resolves(hub: HubStandIn) -> list:
@@ -96,7 +84,7 @@ def _cold_epoch(hub: HubStandIn, root: str, cache_dir: Path, **options: object) 
 
 
 def test_publish_to_a_hub_repo_then_a_cold_start_costs_one_sidecar_request(
-    hub: HubStandIn, lerobot_reference, tmp_path: Path
+    hub: HubStandIn, lerobot_reference: LeRobotReference, tmp_path: Path
 ):
     root = f"hf://datasets/{REPO}"
     before = hub._refs[(REPO, "main")]
@@ -118,7 +106,7 @@ def test_publish_to_a_hub_repo_then_a_cold_start_costs_one_sidecar_request(
     assert np.array_equal(as_published.spans.byte_end, load_sidecar(local).spans.byte_end)
 
     samples = _cold_epoch(hub, root, tmp_path / "second-user")
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     assert len(_sidecar_resolves(hub)) == 1  # the whole sidecar in one request
     sidecar_blob = hub._commits[head][PUBLISHED_SIDECAR_PATH]
     assert len([r for r in hub.cdn_requests if sidecar_blob in r.path]) == 1
@@ -134,7 +122,7 @@ def test_publish_to_a_hub_repo_then_a_cold_start_costs_one_sidecar_request(
 
 def test_a_contributor_is_refused_on_the_branch_and_opens_a_pull_request(
     hub: HubStandIn,
-    lerobot_reference,
+    lerobot_reference: LeRobotReference,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -161,7 +149,7 @@ def test_a_contributor_is_refused_on_the_branch_and_opens_a_pull_request(
     assert PUBLISHED_SIDECAR_PATH not in hub._commits[hub._refs[(REPO, "main")]]
     # whoever reads the pull request's revision finds it
     samples = _cold_epoch(hub, f"{root}@refs/pr/1", tmp_path / "reviewer")
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     assert len(_sidecar_resolves(hub)) == 1
 
 
@@ -218,7 +206,7 @@ def local_copy(lerobot_fixture_root: Path, tmp_path: Path) -> Path:
 
 def test_publish_to_a_local_root_and_replace_another_datasets_sidecar(
     local_copy: Path,
-    lerobot_reference,
+    lerobot_reference: LeRobotReference,
     tmp_path: Path,
 ):
     target = local_copy / PUBLISHED_SIDECAR_PATH
@@ -274,7 +262,10 @@ def test_a_corrupt_or_mismatched_sidecar_is_refused_before_publishing(
 
 
 def test_publish_to_s3_then_a_cold_start_finds_it(
-    s3_server: S3Stand, lerobot_fixture_root: Path, lerobot_reference, tmp_path: Path
+    s3_server: S3Stand,
+    lerobot_fixture_root: Path,
+    lerobot_reference: LeRobotReference,
+    tmp_path: Path,
 ):
     client = s3_server.client()
     client.create_bucket(Bucket="publish")
@@ -304,18 +295,12 @@ def test_publish_to_s3_then_a_cold_start_finds_it(
 def test_split_roots_publish_beside_the_metadata_then_a_cold_start(
     hub_standin: HubStandIn,
     lerobot_fixture_root: Path,
-    lerobot_reference,
+    lerobot_reference: LeRobotReference,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ):
-    files = _files(lerobot_fixture_root)
-    meta_files = {path: data for path, data in files.items() if path.startswith("meta/")}
-    hub_standin.commit("org/sim5-meta", meta_files, ref="release")
-    for path, data in files.items():
-        if not path.startswith("meta/"):
-            hub_standin.put_bucket_file("org/sim5-data", path, data)
-    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
-    monkeypatch.setenv("HF_TOKEN", hub_standin.token)
+    hub_standin.split_dataset(lerobot_fixture_root, "org/sim5-meta", "org/sim5-data", ref="release")
+    hub_standin.serve_as_the_hub(monkeypatch)
     root, data_root = "hf://datasets/org/sim5-meta@release", "hf://buckets/org/sim5-data"
     argv = [root, "--data-root", data_root, "--cache-dir", str(tmp_path / "a"), "--publish"]
     run = _index(*argv)
@@ -331,7 +316,7 @@ def test_split_roots_publish_beside_the_metadata_then_a_cold_start(
     assert "hf://buckets/org/sim5-data" in published.identity.root  # built from both roots
 
     samples = _cold_epoch(hub_standin, root, tmp_path / "b", data_root=data_root)
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     sidecar_requests = _sidecar_resolves(hub_standin)
     assert len(sidecar_requests) == 1 and "/org/sim5-meta/" in sidecar_requests[0].path
     resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
@@ -342,7 +327,7 @@ def test_split_roots_publish_beside_the_metadata_then_a_cold_start(
 def test_publish_to_a_bucket_through_xet_then_a_cold_start(
     hub_standin: HubStandIn,
     lerobot_fixture_root: Path,
-    lerobot_reference,
+    lerobot_reference: LeRobotReference,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -352,8 +337,8 @@ def test_publish_to_a_bucket_through_xet_then_a_cold_start(
     root = f"hf://buckets/{bucket}"
     reader_token = "hf_read_only_token_0123456789"
     hub_standin.read_tokens.add(reader_token)
-    monkeypatch.setenv("HF_ENDPOINT", hub_standin.endpoint)
-    monkeypatch.setenv("HF_TOKEN", reader_token)
+    hub_standin.serve_as_the_hub(monkeypatch)
+    monkeypatch.setenv("HF_TOKEN", reader_token)  # the CLI runs in a process of its own
     run = _index(root, "--cache-dir", str(tmp_path / "reader"), "--publish")
     assert run.returncode == 2
     assert (
@@ -369,7 +354,7 @@ def test_publish_to_a_bucket_through_xet_then_a_cold_start(
     assert "Processing Files" not in run.stderr  # --no-progress quiets the Xet upload bars too
     local = load_sidecar(Path(run.stdout.strip()))
     samples = _cold_epoch(hub_standin, root, tmp_path / "second-user")
-    _check_against_reference(samples, lerobot_reference)
+    lerobot_reference.assert_whole_epoch(samples)
     assert len(_sidecar_resolves(hub_standin)) == 1
     resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
     assert len(resolves) == EPISODE_CAMERAS
