@@ -46,7 +46,7 @@ from episodestream.datasets._windows import (
 )
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import DEFAULT_DECODE_THREADS, BackendName, DecodeExecutor
-from episodestream.errors import DecodeError, SamplingError
+from episodestream.errors import ConfigError, ConfigTypeError, DecodeError, SamplingError
 from episodestream.sampling import (
     DEFAULT_SPREAD,
     DEFAULT_WINDOW_FRAMES,
@@ -275,6 +275,16 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
             if max_pending_samples is not None
             else 4 * max(self.decode_threads, 1)
         )
+        # checked now when given (detected ones are read when iterating: torch.distributed
+        # may be initialized after the dataset is made)
+        if rank is not None:
+            rank = check_int("rank", rank, minimum=0)
+        if world_size is not None:
+            world_size = check_int("world_size", world_size, minimum=1)
+        if rank is not None and world_size is not None and rank >= world_size:
+            raise ConfigError(f"rank must be < world_size ({world_size}), got {rank}")
+        if not isinstance(return_uint8, bool):
+            raise ConfigTypeError(f"return_uint8 must be a bool, got {return_uint8!r}")
         self._rank_args = (rank, world_size)
         self.options = dataset_options(
             "EpisodePoolDataset",
