@@ -13,11 +13,13 @@ Three child processes (more when asked) run side by side, started together, each
   the end; a pass ended early stops its threads, so the next pass starts fresh ones (how
   every pass ran before the threads were kept);
 - ``kept, no trim``: as ``kept`` with the heap trimmer (``decode/_heap.py``: ``malloc_trim``
-  when decoders close, at most once a second) turned off, as before it existed: the
+  when decoders close, rate-limited) turned off, as before it existed: the
   reference for its RSS and its CPU cost.
 
 Each prints RSS after every pass; the report gives RSS(last)/RSS(2) per mode (target for
 ``kept``: at most 1.01), CPU per sample against ``kept, no trim`` and the growth side by side.
+``--cpu-rounds N`` measures the trimmer's CPU cost instead: N rounds of two ``kept`` and two
+``kept, no trim`` children started together, the ratio of their CPU per sample per round.
 ``--pass-end-trim`` adds ``kept+pass-end trim``: ``kept`` that also trims once after every
 pass (what the pool could do at a pass end). ``--fixed-mmap-threshold`` adds a child
 ``kept, no trim, mmap128k``: ``kept, no trim`` with ``MALLOC_MMAP_THRESHOLD_=131072``: glibc
@@ -195,8 +197,7 @@ def measure_rss_passes(
 def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
     """Both modes in child processes started together, default malloc settings (and the
     diagnostic child when asked)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env.pop("GLIBC_TUNABLES", None)
+    env = _clean_env()
     ensure_synthetic_dataset(DEMO_SPEC)  # written once, before the children race for it
     runs: dict[str, tuple[ThreadMode, dict[str, str], list[str]]] = {
         mode: (mode, env, []) for mode in _MODES
@@ -206,6 +207,51 @@ def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
         runs[_PASS_END] = ("kept", env, ["--trim-at-pass-end"])
     if args.fixed_mmap_threshold:
         runs[_FIXED] = ("kept", {**env, **_FIXED_ENV}, ["--no-trim"])
+    return _spawn(runs, args)
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)
+    return env
+
+
+def _cpu_rounds(args: argparse.Namespace) -> None:
+    """The trimmer's CPU cost: rounds of two ``kept`` and two ``kept, no trim`` children
+    started together; per round the ratio of the pairs' mean CPU per sample (medians of
+    passes 2..n), and the median over rounds."""
+    env = _clean_env()
+    ensure_synthetic_dataset(DEMO_SPEC)
+    ratios = []
+    for round_ in range(args.cpu_rounds):
+        runs: dict[str, tuple[ThreadMode, dict[str, str], list[str]]] = {}
+        for i in (1, 2):
+            runs[f"kept {i}"] = ("kept", env, [])
+            runs[f"no trim {i}"] = ("kept", env, ["--no-trim"])
+        results = _spawn(runs, args)
+        cpu = {
+            name: statistics.median(p.cpu_ms_per_sample for p in passes[1:])
+            for name, passes in results.items()
+        }
+        trimmed = (cpu["kept 1"] + cpu["kept 2"]) / 2
+        untrimmed = (cpu["no trim 1"] + cpu["no trim 2"]) / 2
+        ratios.append(trimmed / untrimmed)
+        trims = [sum(p.heap_trims for p in results[f"kept {i}"]) for i in (1, 2)]
+        print(
+            f"round {round_ + 1}: CPU ms per sample "
+            + ", ".join(f"{name} {ms:.3f}" for name, ms in cpu.items())
+            + f"; kept / no trim {ratios[-1]:.3f}; trims {trims}"
+        )
+    print(
+        f"kept / kept, no trim, CPU per sample: median {statistics.median(ratios):.3f} over "
+        f"{len(ratios)} rounds (range {min(ratios):.3f}-{max(ratios):.3f})"
+    )
+
+
+def _spawn(
+    runs: dict[str, tuple[ThreadMode, dict[str, str], list[str]]], args: argparse.Namespace
+) -> dict[str, list[RssPass]]:
+    """One child per run, started together; each child's passes."""
     children = {
         name: subprocess.Popen(
             [
@@ -255,6 +301,12 @@ def main() -> None:
     parser.add_argument("--fixed-mmap-threshold", action="store_true")
     parser.add_argument("--child", choices=_MODES, help=argparse.SUPPRESS)
     parser.add_argument("--pass-end-trim", action="store_true")
+    parser.add_argument(
+        "--cpu-rounds",
+        type=int,
+        default=0,
+        help="instead of the RSS report: this many rounds of 2 kept + 2 'kept, no trim' children",
+    )
     parser.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trim-at-pass-end", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -271,6 +323,9 @@ def main() -> None:
             trim_at_pass_end=args.trim_at_pass_end,
         )
         print(json.dumps([asdict(p) for p in passes]))
+        return
+    if args.cpu_rounds:
+        _cpu_rounds(args)
         return
     results = _run_children(args)
     shown = [n for n in _SHOWN if n < args.passes] + [args.passes]

@@ -35,8 +35,11 @@ _LOG = logging.getLogger(__name__)
 
 #: Shortest time between two trims.
 DEFAULT_MIN_INTERVAL_S = 1.0
-#: Bound on the trims' own CPU time as a share of the process's CPU time.
-DEFAULT_MAX_CPU_SHARE = 0.002
+#: Bound on the trims' own CPU time as a share of the process's CPU time. Pages given back are
+#: faulted in again when reused, and that costs more than the trim itself: with 0.002 (a trim
+#: about every pass of benchmarks/rss.py) CPU per sample rose 1.01-1.06x; with 0.0005 (one
+#: every five or six passes) no rise showed (0.98-1.00x) and RSS growth was cut about as much.
+DEFAULT_MAX_CPU_SHARE = 0.0005
 
 
 def _glibc_malloc_trim() -> Callable[[int], int] | None:
