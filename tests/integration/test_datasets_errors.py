@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
-from episodestream.datasets import _pool
+from episodestream.datasets import _pool, _windows
 from episodestream.errors import (
     BudgetError,
     ConfigError,
@@ -135,6 +135,32 @@ def test_a_sample_not_decoded_in_time_is_a_decode_error_naming_it(
         with pytest.raises(
             DecodeError, match=r"episode \d+ frame \d+ was not decoded within 0.2 s"
         ):
+            next(iter(pool))
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_a_window_sample_not_built_in_time_is_a_decode_error_naming_it(
+    lerobot_fixture_root: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def stuck(image: torch.Tensor) -> torch.Tensor:
+        release.wait()  # a decode thread that never finishes the sample in time
+        return image
+
+    monkeypatch.setattr(_windows, "_SAMPLE_TIMEOUT_S", 0.2)
+    pool = EpisodePoolDataset(
+        lerobot_fixture_root,
+        unit="window",
+        window_frames=8,
+        cache_dir=datasets_cache_dir,
+        image_transforms=stuck,
+        max_pending_samples=1,
+    )
+    try:
+        with pytest.raises(DecodeError, match=r"episode \d+: a sample of the window pool was not"):
             next(iter(pool))
     finally:
         release.set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import logging
 import multiprocessing
@@ -38,6 +37,7 @@ from episodestream.datasets._options import (
     parse_bytes,
 )
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
+from episodestream.datasets._waits import result_within
 from episodestream.datasets._windows import (
     DEFAULT_DECODE_AHEAD,
     DecodedBudget,
@@ -673,14 +673,14 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
                 engine.forget(item)
                 return None
             episode, frame, future = item
-            # wait first, then take the result: a TimeoutError the sample raised itself (a
-            # StorageTimeout reading its rows) is its own error, not this wait running out
-            if not concurrent.futures.wait([future], timeout=DEFAULT_SAMPLE_TIMEOUT_S).done:
-                raise DecodeError(
+            sample = result_within(
+                future,
+                DEFAULT_SAMPLE_TIMEOUT_S,
+                lambda: DecodeError(
                     f"{self.name.location.url}: episode {episode} frame {frame} was not "
                     f"decoded within {DEFAULT_SAMPLE_TIMEOUT_S:g} s"
-                )
-            sample = future.result()
+                ),
+            )
             metrics.sample(episode)
             self._yielded += 1
             return sample

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from episodestream.datasets._options import ImageDtype
+from episodestream.datasets._waits import result_within
 from episodestream.decode import to_float
-from episodestream.errors import DatasetFormatError, SamplingError
+from episodestream.errors import DatasetFormatError, SamplingError, StorageTimeout
 from episodestream.lerobot import DatasetMeta, EpisodeRowReader
 from episodestream.sampling import delta_frame_offsets, delta_query
 
@@ -90,7 +91,14 @@ class EpisodeRows:
             rows = self._reader.rows(episode, self._columns)
         else:
             try:  # a failed background read raises its own (typed) error here
-                rows = loading.result(timeout=_ROWS_WAIT_TIMEOUT_S)
+                rows = result_within(
+                    loading,
+                    _ROWS_WAIT_TIMEOUT_S,
+                    lambda: StorageTimeout(
+                        f"episode {episode}: its Parquet rows were not read within "
+                        f"{_ROWS_WAIT_TIMEOUT_S:g} s"
+                    ),
+                )
             finally:
                 with self._lock:
                     if self._loading.get(episode) is loading:

@@ -21,6 +21,7 @@ byte cache's pins; decode threads run :func:`decode_window` and sample builds.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ import torch
 from episodestream.cache import ResidentEpisode
 from episodestream.datasets._engine import StreamEngine
 from episodestream.datasets._samples import EpisodeRows, SampleBuilder
+from episodestream.datasets._waits import result_within
 from episodestream.decode import DecodeExecutor
 from episodestream.errors import DatasetFormatError, DecodeError
 from episodestream.lerobot import DatasetMeta
@@ -369,13 +371,27 @@ class WindowRun:
             self._top_up()
             return
         episode, future = item
-        sample = future.result(timeout=_SAMPLE_TIMEOUT_S)
+        sample = result_within(
+            future,
+            _SAMPLE_TIMEOUT_S,
+            lambda: DecodeError(
+                f"episode {episode}: a sample of the window pool was not built within "
+                f"{_SAMPLE_TIMEOUT_S:g} s"
+            ),
+        )
         self.samples_out += 1
         self.on_sample(episode)
         yield sample
 
     def _build(self, episode: int, frame: int, window: Future[DecodedWindow]) -> dict[str, Any]:
-        decoded = window.result(timeout=_SAMPLE_TIMEOUT_S)
+        decoded = result_within(
+            window,
+            _SAMPLE_TIMEOUT_S,
+            lambda: DecodeError(
+                f"episode {episode} frame {frame}: its window was not decoded within "
+                f"{_SAMPLE_TIMEOUT_S:g} s"
+            ),
+        )
         return self.samples.build(
             episode, frame, self.rows.get(episode), decoded, window_frames_source
         )
@@ -428,7 +444,12 @@ class WindowRun:
                 # needed now; when pinned episodes fill the budget (after a resume the resident
                 # windows may span more episodes than are open), let their decodes finish
                 while not cache.prefetch(episode, evict=True) and self.finishing:
-                    self.finishing[0][1].exception(timeout=_SAMPLE_TIMEOUT_S)
+                    finishing_episode, last_decode = self.finishing[0]
+                    if not concurrent.futures.wait([last_decode], timeout=_SAMPLE_TIMEOUT_S).done:
+                        raise DecodeError(
+                            f"episode {finishing_episode}: its last window decodes did not "
+                            f"finish within {_SAMPLE_TIMEOUT_S:g} s"
+                        )
                     self._finish_episodes(wait=False)
                 resident = cache.wait_ready(episode, timeout=self.wait_timeout_s)
                 self.refill_waits += 1
