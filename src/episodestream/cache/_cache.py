@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from episodestream._closing import Closing
 from episodestream.cache._source import ClipJob, ClipSource, EpisodeClip
 from episodestream.errors import BudgetError, CacheError, EpisodeStreamError, StorageTimeout
 from episodestream.storage import RangeReader, ReadRequest
@@ -89,7 +90,7 @@ class _Entry:
         self.done = threading.Event()
 
 
-class EpisodeByteCache:
+class EpisodeByteCache(Closing):
     """Fetches episodes' clips through ``reader`` and keeps them within ``byte_budget`` bytes.
 
     ``prefetch`` never blocks; ``wait_ready`` blocks up to its timeout. ``retain``ed episodes are
@@ -284,12 +285,6 @@ class EpisodeByteCache:
         alive = [w.name for w in self._workers if w.is_alive()]
         if alive:
             logger.warning("fetch threads still running after close: %s", alive)
-
-    def __enter__(self) -> EpisodeByteCache:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- internals (the lock is held where noted) ---------------------------------------------
 

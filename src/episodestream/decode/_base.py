@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from episodestream._checks import check_number
+from episodestream._closing import Closing
 from episodestream.decode._buffers import float_frame_buffers
 from episodestream.errors import ConfigError, ConfigTypeError, DecodeError, FrameNotFoundError
 
@@ -369,7 +370,7 @@ def log_open(backend: str, name: str, frames: int, width: int, height: int) -> N
     _LOG.debug("opened %s decoder for %s: %d frames %dx%d", backend, name, frames, width, height)
 
 
-class ClipDecoderBase(abc.ABC):
+class ClipDecoderBase(Closing, abc.ABC):
     """The :class:`Decoder` protocol surface both backends share; a backend sets the fields
     below in ``__init__`` and defines :meth:`_fetch_frames` and :meth:`close`."""
 
@@ -430,14 +431,3 @@ class ClipDecoderBase(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

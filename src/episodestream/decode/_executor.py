@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from episodestream._checks import check_int, check_number
+from episodestream._closing import Closing
 from episodestream.errors import DecodeError
 
 __all__ = [
@@ -51,7 +51,7 @@ _STOP = object()
 _executor_ids = itertools.count()
 
 
-class DecodeExecutor:
+class DecodeExecutor(Closing):
     """Runs decode calls on ``threads`` worker threads fed by a queue of ``max_pending`` items.
 
     ``threads=0`` runs every call inline in the submitting thread (useful inside DataLoader
@@ -189,17 +189,6 @@ class DecodeExecutor:
                     "%s: %s still running after %.0f s", self._name, worker.name, timeout_s
                 )
         self._cancel_queued()  # anything that slipped in behind the stop markers
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _cancel_queued(self) -> None:
         stops = 0

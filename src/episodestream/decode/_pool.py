@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Generic, TypeVar
 
 from episodestream._checks import check_int
+from episodestream._closing import Closing
 from episodestream.decode._base import Decoder
 from episodestream.decode._heap import HeapTrimmer, heap_trimmer
 from episodestream.errors import DecodeError, FrameNotFoundError
@@ -102,7 +103,7 @@ class DecoderLease(Generic[K]):
             self._pool._give_back(self._entry, healthy)
 
 
-class DecoderPool(Generic[K]):
+class DecoderPool(Closing, Generic[K]):
     """Open decoders keyed by a caller's key (e.g. ``(episode, camera)``), reused across calls.
 
     Thread-safe. :meth:`lease` hands a decoder to one user at a time: a key already leased by
@@ -235,17 +236,6 @@ class DecoderPool(Generic[K]):
                 self._forget_locked(entry)
             self._discarded += len(entries)
         self._close_all(entries)
-
-    def __enter__(self) -> DecoderPool[K]:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals (callers hold self._lock where the name says _locked) --------------------
 
