@@ -24,11 +24,14 @@ class DrawCursor(abc.ABC):
     """A cursor over one slot's draws for one epoch (not thread-safe).
 
     A cursor that counts its draws in ``_position`` of ``_total`` has :attr:`position` and
-    :attr:`total_samples` as they are; one that delegates overrides them.
+    :attr:`total_samples` as they are; one that delegates overrides them. Every cursor keeps
+    its whole entry order (read-only) in ``_entry``: :attr:`entry_order` and :meth:`upcoming`
+    read it.
     """
 
     _position: int
     _total: int
+    _entry: np.ndarray
 
     @abc.abstractmethod
     def events(self, batch_draws: int = 4096) -> Iterator[Any]:
@@ -64,6 +67,11 @@ class DrawCursor(abc.ABC):
         return self.total_samples - self.position
 
     @property
+    def entry_order(self) -> np.ndarray:
+        """All item ids in the order they enter the pool this epoch (read-only)."""
+        return self._entry
+
+    @property
     @abc.abstractmethod
     def entered(self) -> int:
         """Items that have entered the pool so far (a prefix of the entry order)."""
@@ -72,10 +80,12 @@ class DrawCursor(abc.ABC):
     def resident(self) -> np.ndarray:
         """Item ids in the pool now (entered, not yet exhausted), in entry order."""
 
-    @abc.abstractmethod
     def upcoming(self, count: int) -> np.ndarray:
         """The next ``count`` item ids to enter (fewer near the end): fetch or decode these
-        ahead."""
+        ahead (a read-only view of :attr:`entry_order`)."""
+        count = require_int("count", count, minimum=0)
+        entered = self.entered
+        return self.entry_order[entered : entered + count]
 
     def _skip_count(self, count: int) -> int:
         """``count`` checked for :meth:`skip`: a non-negative int that stays in the epoch."""

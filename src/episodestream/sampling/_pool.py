@@ -277,8 +277,8 @@ class PoolSchedule(DrawCursor):
             trigger[: count - pool] = np.arange(pool, count)
             self._spans = np.zeros(count)
         self._order = order  # entry index -> canonical index
-        self._entry_ids = self._ids[order]
-        self._entry_ids.setflags(write=False)
+        self._entry = self._ids[order]
+        self._entry.setflags(write=False)
         self._lengths = lengths
         self._enter = enter
         self._exit = exit_
@@ -302,7 +302,7 @@ class PoolSchedule(DrawCursor):
             item.keys[-1] = self._exit[entry]
             item.frames = np.arange(length, dtype=np.int64)
             return
-        episode_id = int(self._entry_ids[entry])
+        episode_id = int(self._entry[entry])
         rng = generator(self._episode_key, episode_id)
         span = float(self._spans[entry])
         # the other L-1 clocks: exponentials conditioned below the sampled maximum
@@ -396,8 +396,8 @@ class PoolSchedule(DrawCursor):
         frames = np.concatenate([p[1] for p in parts])
         leaves = np.concatenate([p[2] for p in parts])
         triggered = np.where(leaves, self._trigger[entries], -1)
-        enters = np.where(triggered >= 0, self._entry_ids[np.maximum(triggered, 0)], -1)
-        return DrawBatch(start, self._entry_ids[entries], frames, leaves, enters)
+        enters = np.where(triggered >= 0, self._entry[np.maximum(triggered, 0)], -1)
+        return DrawBatch(start, self._entry[entries], frames, leaves, enters)
 
     def skip(self, count: int) -> None:
         """Advance past ``count`` draws without producing them (whole chunks are only counted).
@@ -482,11 +482,6 @@ class PoolSchedule(DrawCursor):
         return self._counts
 
     @property
-    def entry_order(self) -> np.ndarray:
-        """All episode ids in the order they enter the pool this epoch (read-only)."""
-        return self._entry_ids
-
-    @property
     def entered(self) -> int:
         """Episodes that have entered the pool so far (prefix length of :attr:`entry_order`)."""
         return min(self._ids.size, self._pool + self._num_left)
@@ -494,12 +489,7 @@ class PoolSchedule(DrawCursor):
     def resident(self) -> np.ndarray:
         """Episode ids in the pool now (entered, not yet exhausted), in entry order."""
         entered = self.entered
-        return self._entry_ids[:entered][~self._left[:entered]]
-
-    def upcoming(self, count: int) -> np.ndarray:
-        """The next ``count`` episode ids to enter the pool (fewer near the end): prefetch these."""
-        count = require_int("count", count, minimum=0)
-        return self._entry_ids[self.entered : self.entered + count]
+        return self._entry[:entered][~self._left[:entered]]
 
     def state(self) -> ResumeState:
         """The resume state at the current position: this slot's (kind ``"worker"``), its

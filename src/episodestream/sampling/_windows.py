@@ -328,11 +328,6 @@ class WindowSchedule(DrawCursor):
         return self._stop
 
     @property
-    def entry_order(self) -> np.ndarray:
-        """All window ids in the order they enter the resident pool (read-only)."""
-        return self._entry
-
-    @property
     def entered(self) -> int:
         """Windows that have entered so far (prefix length of :attr:`entry_order`)."""
         return self._pool.entered
@@ -340,10 +335,6 @@ class WindowSchedule(DrawCursor):
     def resident(self) -> np.ndarray:
         """Window ids resident now, in entry order."""
         return self._pool.resident()
-
-    def upcoming(self, count: int) -> np.ndarray:
-        """The next ``count`` window ids to enter (fewer near the end): decode these ahead."""
-        return self._pool.upcoming(count)
 
     def episode_order(self) -> np.ndarray:
         """Episode ids in the order their first window enters: fetch their bytes in this order."""
@@ -452,7 +443,3 @@ class _SpreadDraws(DrawCursor):
 
     def resident(self) -> np.ndarray:
         return np.asarray(self._resident, dtype=np.int64)
-
-    def upcoming(self, count: int) -> np.ndarray:
-        count = require_int("count", count, minimum=0)
-        return self._entry[self._entered : self._entered + count].copy()
