@@ -115,8 +115,33 @@ def test_bad_pool_setting_is_a_config_error(
     assert type(caught.value) is error  # a bad value is not a bad type, and the reverse
 
 
-def test_a_sample_not_decoded_in_time_is_a_decode_error_naming_it(
-    lerobot_fixture_root: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("module", "timeout_name", "options", "message"),
+    [
+        pytest.param(
+            _pool,
+            "DEFAULT_SAMPLE_TIMEOUT_S",
+            {},
+            r"episode \d+ frame \d+ was not decoded within 0.2 s",
+            id="episode pool",
+        ),
+        pytest.param(
+            _windows,
+            "_SAMPLE_TIMEOUT_S",
+            {"unit": "window", "window_frames": 8},
+            r"episode \d+: a sample of the window pool was not",
+            id="window pool",
+        ),
+    ],
+)
+def test_a_sample_not_built_in_time_is_a_decode_error_naming_it(
+    module: Any,
+    timeout_name: str,
+    options: dict[str, Any],
+    message: str,
+    lerobot_fixture_root: Path,
+    datasets_cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     release = threading.Event()
 
@@ -124,43 +149,16 @@ def test_a_sample_not_decoded_in_time_is_a_decode_error_naming_it(
         release.wait()  # a decode thread that never finishes the sample in time
         return image
 
-    monkeypatch.setattr(_pool, "DEFAULT_SAMPLE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(module, timeout_name, 0.2)
     pool = EpisodePoolDataset(
         lerobot_fixture_root,
+        **options,
         cache_dir=datasets_cache_dir,
         image_transforms=stuck,
         max_pending_samples=1,
     )
     try:
-        with pytest.raises(
-            DecodeError, match=r"episode \d+ frame \d+ was not decoded within 0.2 s"
-        ):
-            next(iter(pool))
-    finally:
-        release.set()
-        pool.close()
-
-
-def test_a_window_sample_not_built_in_time_is_a_decode_error_naming_it(
-    lerobot_fixture_root: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    release = threading.Event()
-
-    def stuck(image: torch.Tensor) -> torch.Tensor:
-        release.wait()  # a decode thread that never finishes the sample in time
-        return image
-
-    monkeypatch.setattr(_windows, "_SAMPLE_TIMEOUT_S", 0.2)
-    pool = EpisodePoolDataset(
-        lerobot_fixture_root,
-        unit="window",
-        window_frames=8,
-        cache_dir=datasets_cache_dir,
-        image_transforms=stuck,
-        max_pending_samples=1,
-    )
-    try:
-        with pytest.raises(DecodeError, match=r"episode \d+: a sample of the window pool was not"):
+        with pytest.raises(DecodeError, match=message):
             next(iter(pool))
     finally:
         release.set()
