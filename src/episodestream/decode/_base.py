@@ -37,6 +37,9 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
+# how long close() waits for a call in progress on another thread before freeing anyway
+_CLOSE_WAIT_S = 30.0
+
 #: FFmpeg decode threads per decoder. Measured (docs/BENCHMARKS.md, "Decoding"): for small g=2
 #: AV1 clips accessed at random, 1 thread beats FFmpeg's automatic count, whose frame threading
 #: adds pipeline latency to every seek; parallelism comes from decoding clips concurrently.
@@ -372,7 +375,7 @@ def log_open(backend: str, name: str, frames: int, width: int, height: int) -> N
 
 class ClipDecoderBase(Closing, abc.ABC):
     """The :class:`Decoder` protocol surface both backends share; a backend sets the fields
-    below in ``__init__`` and defines :meth:`_fetch_frames` and :meth:`close`."""
+    below in ``__init__`` and defines :meth:`_fetch_frames` and :meth:`_release`."""
 
     _name: str
     _nbytes: int
@@ -429,5 +432,18 @@ class ClipDecoderBase(Closing, abc.ABC):
     def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
         """Frames at presentation indices ``unique`` (ascending) as ``(n, 3, H, W)``."""
 
+    def close(self) -> None:
+        """Free the backend's decoder state; idempotent. A call still in progress on another
+        thread is waited for first (bounded: past that, a warning and the state is freed)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._guard.wait_idle(_CLOSE_WAIT_S):
+            _LOG.warning(
+                "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
+            )
+        self._release()
+
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def _release(self) -> None:
+        """Drop the backend's decoder state (from :meth:`close`, once)."""

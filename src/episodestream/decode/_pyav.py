@@ -33,8 +33,6 @@ __all__ = ["PyAVDecoder", "demux_frame_times"]
 
 _LOG = logging.getLogger(__name__)
 
-# how long close() waits for a call in progress on another thread
-_CLOSE_WAIT_S = 30.0
 # relative slack when comparing a frame's time with the time it was asked for
 _PTS_SLACK_S = 1e-6
 
@@ -205,16 +203,6 @@ class PyAVDecoder(ClipDecoderBase):
             return torch.from_numpy(images[int(unique[0])]).unsqueeze(0).permute(0, 3, 1, 2)
         stacked = torch.from_numpy(np.stack([images[int(i)] for i in unique]))
         return stacked.permute(0, 3, 1, 2)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if not self._guard.wait_idle(_CLOSE_WAIT_S):
-            _LOG.warning(
-                "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
-            )
-        self._release()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._times)} frames"

@@ -36,7 +36,6 @@ __all__ = ["TorchcodecDecoder", "torchcodec_unavailable_reason"]
 
 _LOG = logging.getLogger(__name__)
 
-_CLOSE_WAIT_S = 30.0
 # a returned frame's pts may differ from the one asked for by float rounding only
 _PTS_SLACK_S = 1e-6
 _SEEK_MODES = ("exact", "approximate")
@@ -269,14 +268,7 @@ class TorchcodecDecoder(ClipDecoderBase):
             None,
         )
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if not self._guard.wait_idle(_CLOSE_WAIT_S):
-            _LOG.warning(
-                "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
-            )
+    def _release(self) -> None:
         # torchcodec frees FFmpeg state when its decoder object is collected
         self._decoder = None
         self._source = None
