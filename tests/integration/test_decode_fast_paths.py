@@ -15,6 +15,7 @@ from episodestream.errors import FrameNotFoundError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import open_manifest
 from episodestream.storage import LocalRangeReader
+from tests.support.forking import reply_from_fork
 
 VARIANTS = ["synthetic_av1", "synthetic_h264", "synthetic_hevc", "synthetic_moov_end"]
 
@@ -193,27 +194,18 @@ def test_to_float_results_never_share_memory_while_alive() -> None:
 
 
 def test_a_forked_child_starts_with_no_idle_buffers() -> None:
-    import os
-
     from episodestream.decode._buffers import float_frame_buffers
 
     frame = _frame_nhwc(51)
     to_float(frame)  # freed at once: one idle buffer in this process
     assert float_frame_buffers().idle_bytes > 0
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: numpy only (torch's thread pool does not survive a fork)
-        try:
-            idle = float_frame_buffers().idle_bytes
-            values = np.unique(to_float(frame).numpy()).tolist()
-            os.write(write_end, f"{idle} {values[0]!r} {len(values)}".encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        reply = pipe.read().decode()
-    os.waitpid(pid, 0)
-    idle, value, distinct = reply.split()
+
+    def child() -> str:  # numpy only (torch's thread pool does not survive a fork)
+        idle = float_frame_buffers().idle_bytes
+        values = np.unique(to_float(frame).numpy()).tolist()
+        return f"{idle} {values[0]!r} {len(values)}"
+
+    idle, value, distinct = reply_from_fork(child).split()
     assert int(idle) == 0
     assert float(value) == float(np.float32(51) / np.float32(255)) and distinct == "1"
     assert float_frame_buffers().idle_bytes > 0

@@ -14,6 +14,7 @@ import pytest
 from episodestream.decode import DecoderPool, HeapTrimmer, heap_trimmer, open_decoder
 from episodestream.decode._heap import _glibc_malloc_trim
 from episodestream.errors import ConfigError
+from tests.support.forking import reply_from_fork
 
 ON_GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -108,21 +109,13 @@ def test_decoder_pool_trims_when_it_closes_decoders(lerobot_fixture_root: Path) 
 
 
 def test_a_forked_child_may_trim_at_once_whatever_its_parent_did() -> None:
-    import os
-
     trimmer = heap_trimmer()
     trimmer.maybe_trim()
     assert not trimmer.maybe_trim()  # the parent: not due again for a while
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its CPU clock starts afresh, and so does the trimmer
-        try:
-            trimmed = heap_trimmer().maybe_trim()
-            os.write(write_end, f"{trimmed} {heap_trimmer().stats().trims}".encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        reply = pipe.read().decode()
-    os.waitpid(pid, 0)
+
+    def child() -> str:  # its CPU clock starts afresh, and so does the trimmer
+        trimmed = heap_trimmer().maybe_trim()
+        return f"{trimmed} {heap_trimmer().stats().trims}"
+
+    reply = reply_from_fork(child)
     assert reply == ("True 1" if ON_GLIBC else "False 0")
