@@ -27,9 +27,7 @@ def hub(hub_standin: HubStandIn) -> HubStandIn:
 
 
 def _open(hub: HubStandIn, root: str = "hf://datasets/org/robot", **options) -> HubRangeReader:
-    options.setdefault("token", hub.token)
-    options.setdefault("retry", FAST)
-    return HubRangeReader(root, endpoint=hub.endpoint, **options)
+    return hub.open_reader(root, **{"retry": FAST, **options})
 
 
 def test_redirect_followed_and_token_only_on_the_hub_host(hub):

@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 
 import httpx
 import huggingface_hub as hf
@@ -50,9 +51,7 @@ def hub(hub_standin: HubStandIn) -> HubStandIn:
 
 
 def _open(hub: HubStandIn, root: str = "hf://datasets/org/robot", **options) -> HubRangeReader:
-    options.setdefault("token", hub.token)
-    options.setdefault("retry", FAST)
-    return HubRangeReader(root, endpoint=hub.endpoint, **options)
+    return hub.open_reader(root, **{"retry": FAST, **options})
 
 
 def _hf_error(status: int, headers: dict[str, str], url: str, body: bytes = b"") -> Exception:
@@ -158,42 +157,40 @@ def test_huggingface_hub_errors_become_ours_with_the_hubs_message(
     assert str(error) == f"Hub dataset 'org/robot' at revision 'main': {said}"
 
 
+def _call_hub_failing(
+    failure: BaseException | Callable[[], None], *, secrets: list[str]
+) -> StorageError:
+    """The StorageError ``call_hub`` (retry FAST) raises for dataset 'org/robot' when its
+    call raises ``failure`` (or is ``failure``, a callable that raises)."""
+
+    def raising() -> None:
+        raise failure  # type: ignore[misc]
+
+    call = failure if callable(failure) else raising
+    with pytest.raises(StorageError) as info:
+        call_hub(
+            call,
+            what="Hub dataset 'org/robot'",
+            secrets=secrets,
+            retry=FAST,
+            stop=threading.Event(),
+            rng=random.Random(0),
+        )
+    return info.value
+
+
 def test_a_hub_message_that_echoes_the_token_is_not_shown():
     raw = _hf_error(401, {"X-Error-Message": f"token {SECRET} is invalid"}, API)
     error = translate_hub_error(raw, "Hub dataset 'org/robot'", [SECRET])
     assert "HTTP 401" in str(error) and SECRET not in str(error)
 
-    def call() -> None:
-        raise raw
-
-    with pytest.raises(StorageError) as info:
-        call_hub(
-            call,
-            what="Hub dataset 'org/robot'",
-            secrets=[SECRET],
-            retry=FAST,
-            stop=threading.Event(),
-            rng=random.Random(0),
-        )
+    error = _call_hub_failing(raw, secrets=[SECRET])
     # huggingface_hub's own error repeats the message: it is not chained, so no traceback
     # shows it
-    assert info.value.__cause__ is None
-    assert SECRET not in "".join(traceback.format_exception(info.value))
+    assert error.__cause__ is None
+    assert SECRET not in "".join(traceback.format_exception(error))
     clean = _hf_error(401, {"X-Error-Message": "Invalid username or password."}, API)
-
-    def call_clean() -> None:
-        raise clean
-
-    with pytest.raises(StorageError) as info:
-        call_hub(
-            call_clean,
-            what="Hub dataset 'org/robot'",
-            secrets=[SECRET],
-            retry=FAST,
-            stop=threading.Event(),
-            rng=random.Random(0),
-        )
-    assert info.value.__cause__ is clean
+    assert _call_hub_failing(clean, secrets=[SECRET]).__cause__ is clean
 
 
 def test_a_status_still_failing_after_retries_says_how_often_it_was_retried():
@@ -209,17 +206,9 @@ def test_a_status_still_failing_after_retries_says_how_often_it_was_retried():
         "HTTP 503 (retried 2 times) — the Hub says: Service unavailable",
         "HTTP 429 (retried 2 times)",
     ):
-        with pytest.raises(StorageError) as info:
-            call_hub(
-                call,
-                what="Hub dataset 'org/robot'",
-                secrets=[],
-                retry=FAST,  # 3 attempts
-                stop=threading.Event(),
-                rng=random.Random(0),
-            )
-        assert type(info.value) is StorageError
-        assert str(info.value).startswith(f"Hub dataset 'org/robot': {expected}")
+        error = _call_hub_failing(call, secrets=[])  # FAST: 3 attempts
+        assert type(error) is StorageError
+        assert str(error).startswith(f"Hub dataset 'org/robot': {expected}")
     assert len(calls) == 6
 
 

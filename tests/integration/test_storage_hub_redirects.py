@@ -43,10 +43,7 @@ def reusable_hub() -> Iterator[HubStandIn]:
 
 
 def _open(hub: HubStandIn, root: str = "hf://datasets/org/robot", **options) -> HubRangeReader:
-    options.setdefault("token", hub.token)
-    options.setdefault("retry", FAST)
-    options.setdefault("limits", ONE_RANGE_PER_REQUEST)
-    return HubRangeReader(root, endpoint=hub.endpoint, **options)
+    return hub.open_reader(root, **{"retry": FAST, "limits": ONE_RANGE_PER_REQUEST, **options})
 
 
 def _resolves(hub: HubStandIn) -> list:

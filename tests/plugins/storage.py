@@ -591,6 +591,14 @@ class HubStandIn:
             self._refs[(repo_id, ref)] = sha
             return sha
 
+    def open_reader(self, root: str = "hf://datasets/org/robot", **options: Any) -> Any:
+        """A ``HubRangeReader`` on ``root`` through this stand-in, with its write token unless
+        ``options`` name another ``token``."""
+        from episodestream.storage import HubRangeReader
+
+        options.setdefault("token", self.token)
+        return HubRangeReader(root, endpoint=self.endpoint, **options)
+
     def put_bucket_file(self, bucket_id: str, path: str, data: bytes) -> None:
         """Store ``data`` at ``path`` in the bucket, named by its real Xet hash (what the Hub
         lists as ``xetHash`` and sends as ``X-Xet-Hash``), stamped with the upload time."""
