@@ -18,7 +18,7 @@ import pytest
 
 from episodestream import EpisodeStreamDataset, StreamOptions
 from episodestream.errors import ConfigError, ManifestError, StaleSourceError
-from episodestream.lerobot import load_dataset_meta
+from episodestream.lerobot import DatasetMeta, load_dataset_meta
 from episodestream.manifest import (
     PUBLISHED_SIDECAR_PATH,
     SPAN_FIELDS,
@@ -335,6 +335,21 @@ def _header(path: Path) -> dict[str, Any]:
     return json.loads(schema.metadata[b"episodestream.sidecar"])
 
 
+def _write_subset(
+    reader: LocalRangeReader,
+    meta: DatasetMeta,
+    episodes: list[int],
+    path: Path | None = None,
+    *,
+    cache: Path | None = None,
+) -> Path:
+    """A sidecar of ``episodes`` built and written to ``path``, or where ``cache`` keeps it."""
+    if path is None:
+        assert cache is not None
+        path = sidecar_cache_path(meta, cache, episodes=episodes)
+    return write_sidecar(build_manifest(reader, meta, progress=False, episodes=episodes), path)
+
+
 def test_episode_subset_runs() -> None:
     subset = EpisodeSubset.of([7, 0, 1, 2, 5, 1])
     assert subset.runs == ((0, 3), (5, 6), (7, 8))
@@ -472,10 +487,7 @@ def test_whole_sidecar_serves_any_subset(sim5_copy: Path, tmp_path: Path) -> Non
         assert explicit.origin == "explicit"
         assert reader.metrics()["requests"] == before
         # a sidecar of a subset beside it is not needed, and a whole one is preferred
-        write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[4]),
-            sidecar_cache_path(meta, cache, episodes=[4]),
-        )
+        _write_subset(reader, meta, [4], cache=cache)
         assert open_manifest(reader, meta, cache_dir=cache, episodes=[4]).sidecar_path == (
             whole.sidecar_path
         )
@@ -487,10 +499,7 @@ def test_subset_sidecar_is_never_taken_for_the_whole_dataset(
     cache = tmp_path / "cache"
     with LocalRangeReader(sim5_copy) as reader:
         meta = load_dataset_meta(reader)
-        subset_path = write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[0, 1]),
-            sidecar_cache_path(meta, cache, episodes=[0, 1]),
-        )
+        subset_path = _write_subset(reader, meta, [0, 1], cache=cache)
         kept = subset_path.read_bytes()
         with pytest.raises(ManifestError, match="cache: absent"):
             open_manifest(reader, meta, cache_dir=cache, build=False)
@@ -510,9 +519,7 @@ def test_explicit_subset_sidecar_lacking_episodes_is_a_typed_error(
 ) -> None:
     with LocalRangeReader(sim5_copy) as reader:
         meta = load_dataset_meta(reader)
-        path = write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[1, 3]), tmp_path / "mine.arrow"
-        )
+        path = _write_subset(reader, meta, [1, 3], tmp_path / "mine.arrow")
         kept = path.read_bytes()
         for episodes, missing in ((None, (0, 2, 4)), ([0, 1], (0,))):
             with pytest.raises(SidecarCoverageError) as raised:
@@ -530,10 +537,7 @@ def test_explicit_subset_sidecar_lacking_episodes_is_a_typed_error(
 def test_published_subset_sidecar_is_not_used(sim5_copy: Path, tmp_path: Path) -> None:
     with LocalRangeReader(sim5_copy) as reader:
         meta = load_dataset_meta(reader)
-        write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[0]),
-            sim5_copy / PUBLISHED_SIDECAR_PATH,
-        )
+        _write_subset(reader, meta, [0], sim5_copy / PUBLISHED_SIDECAR_PATH)
         with pytest.raises(ManifestError, match=r"published: .*indexes only 1 episode \(0\)"):
             open_manifest(reader, meta, cache_dir=tmp_path / "cache", build=False)
         with pytest.raises(ManifestError, match=r"published: .*indexes only 1 episode \(0\)"):
@@ -545,9 +549,7 @@ def test_published_subset_sidecar_is_not_used(sim5_copy: Path, tmp_path: Path) -
 def test_publishing_a_subset_sidecar_is_refused(sim5_copy: Path, tmp_path: Path) -> None:
     with LocalRangeReader(sim5_copy) as reader:
         meta = load_dataset_meta(reader)
-        path = write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[0, 1]), tmp_path / "s.arrow"
-        )
+        path = _write_subset(reader, meta, [0, 1], tmp_path / "s.arrow")
         with pytest.raises(ManifestError, match="a published sidecar is the dataset's whole index"):
             publish_sidecar(path, reader, meta, str(sim5_copy))
     assert not (sim5_copy / PUBLISHED_SIDECAR_PATH).exists()
@@ -559,10 +561,7 @@ def test_dataset_opened_on_a_subset_uses_its_cached_sidecar(
     cache = tmp_path / "cache"
     with LocalRangeReader(lerobot_fixture_root) as reader:
         meta = load_dataset_meta(reader)
-        path = write_sidecar(
-            build_manifest(reader, meta, progress=False, episodes=[1, 2]),
-            sidecar_cache_path(meta, cache, episodes=[1, 2]),
-        )
+        path = _write_subset(reader, meta, [1, 2], cache=cache)
     options = StreamOptions(decoder="pyav", cache_dir=cache, build_index=False)
     with EpisodeStreamDataset(lerobot_fixture_root, episodes=[2], options=options) as dataset:
         assert dataset.dataset.manifest.sidecar_path == path
