@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,19 @@ _WAIT_S = 30.0
 
 def _python_threads(prefix: str) -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def _blocking(result: str) -> tuple[Callable[[], str], threading.Event, threading.Event]:
+    """A call that sets ``started``, waits (at most ``_WAIT_S``) for ``release`` and returns
+    ``result``; with those two events."""
+    started, release = threading.Event(), threading.Event()
+
+    def blocked() -> str:
+        started.set()
+        release.wait(_WAIT_S)
+        return result
+
+    return blocked, started, release
 
 
 def _os_threads() -> int:
@@ -71,14 +85,7 @@ def test_map_raises_the_original_error_of_the_first_failure() -> None:
 
 
 def test_bounded_queue_blocks_then_times_out() -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocked() -> str:
-        started.set()
-        release.wait(_WAIT_S)
-        return "done"
-
+    blocked, started, release = _blocking("done")
     executor = DecodeExecutor(1, max_pending=2, submit_timeout_s=0.2, name="t-bounded")
     try:
         first = executor.submit(blocked)
@@ -98,14 +105,7 @@ def test_bounded_queue_blocks_then_times_out() -> None:
 
 
 def test_close_cancels_queued_calls_waits_for_running_ones_and_joins() -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocked() -> str:
-        started.set()
-        release.wait(_WAIT_S)
-        return "finished"
-
+    blocked, started, release = _blocking("finished")
     executor = DecodeExecutor(1, max_pending=4, name="t-close")
     running = executor.submit(blocked)
     assert started.wait(_WAIT_S)
