@@ -38,6 +38,18 @@ HEIGHT = 64
 FPS = 30
 FRAMES = 100
 BLOCK = 12
+# every case the mp4_cases fixture builds, in the order it builds them
+CASE_NAMES = (
+    "av1",
+    "h264",
+    "h264_faststart",
+    "hevc",
+    "h264_empty_edit",
+    "h264_negative_cts",
+    "h264_mid_gop_edit",
+    "co64",
+    "multi_track",
+)
 
 _CONTAINERS = frozenset({"moov", "trak", "mdia", "minf", "stbl", "edts", "dinf"})
 
@@ -361,6 +373,7 @@ def _build_cases(root: Path) -> dict[str, MediaCase]:
             stream_index=2,
         )
     )
+    assert tuple(cases) == CASE_NAMES
     return cases
 
 

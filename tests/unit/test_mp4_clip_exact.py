@@ -19,6 +19,7 @@ from episodestream.mp4 import (
     write_clip,
 )
 from tests.plugins.media import (
+    CASE_NAMES,
     DECODERS,
     FPS,
     DecodedFrames,
@@ -28,17 +29,6 @@ from tests.plugins.media import (
     played_in,
 )
 
-CASES = [
-    "av1",
-    "h264",
-    "h264_faststart",
-    "hevc",
-    "h264_empty_edit",
-    "h264_negative_cts",
-    "h264_mid_gop_edit",
-    "co64",
-    "multi_track",
-]
 # FFmpeg 5.1 (torchcodec here) cannot decode this source whole: it counts the frames
 # before the edit start but never returns them. Its clips are checked against PyAV.
 _SOURCE_DECODERS = {"h264_mid_gop_edit": ("pyav",)}
@@ -80,7 +70,7 @@ def _spans(index, source: DecodedFrames, seed: int) -> list[tuple[float, float]]
     return [(float(a), float(b)) for a, b in spans]
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", CASE_NAMES)
 @pytest.mark.parametrize("decoder", ["torchcodec", "pyav"])
 def test_clips_present_exactly_the_source_frames(name, decoder, mp4_cases, full_decode):
     case = mp4_cases[name]

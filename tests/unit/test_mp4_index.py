@@ -14,20 +14,8 @@ from episodestream.mp4 import (
     locate_moov,
     parse_moov,
 )
-from tests.plugins.media import MediaCase, encode_mp4, rewrite_boxes, stsz_as_stz2
+from tests.plugins.media import CASE_NAMES, MediaCase, encode_mp4, rewrite_boxes, stsz_as_stz2
 from tests.support.synthetic_moov import synthetic_moov
-
-ALL_CASES = [
-    "av1",
-    "h264",
-    "h264_faststart",
-    "hevc",
-    "h264_empty_edit",
-    "h264_negative_cts",
-    "h264_mid_gop_edit",
-    "co64",
-    "multi_track",
-]
 
 
 def read_moov(case: MediaCase) -> tuple[bytes, int]:
@@ -60,7 +48,7 @@ def assert_same_index(a: TrackIndex, b: TrackIndex) -> None:
     assert a.presentation_start == b.presentation_start
 
 
-@pytest.mark.parametrize("name", ALL_CASES)
+@pytest.mark.parametrize("name", CASE_NAMES)
 def test_index_matches_ffmpeg_demuxer(name, mp4_cases):
     case = mp4_cases[name]
     moov, offset = read_moov(case)
