@@ -17,7 +17,6 @@ ratio to our wire's in the same rounds (per-round ratios, then their median).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import add_json_option, put_out
 from benchmarks.storage import _Servers
 from benchmarks.transports import HttpxTransport, Urllib3Transport
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest
@@ -185,13 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", type=float, nargs="+", help=f"only these range sizes in MiB (of {list(SIZES)})"
     )
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     report = run_http_clients_bench(rounds=args.rounds, quick=args.quick, only=args.sizes)
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    return 0
+    return put_out(report, args.json, format_report(report))
 
 
 if __name__ == "__main__":

@@ -24,10 +24,8 @@ rounds; the table gives medians, and wall time against episodestream's own path.
 from __future__ import annotations
 
 import argparse
-import json
 import posixpath
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any
 import huggingface_hub as hf
 from tests.plugins.storage import HubStandIn
 
+from benchmarks._common import add_json_option, put_out
 from episodestream.serving import WanEmulator, WanSettings
 from episodestream.storage import HubRangeReader
 
@@ -171,13 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--rtt-ms", type=float, default=50.0)
-    parser.add_argument("--json", type=Path, default=None)
+    add_json_option(parser)
     args = parser.parse_args(argv)
     result = measure(args.rounds, args.rtt_ms)
-    sys.stdout.write(report(result) + "\n")
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return put_out(result, args.json, report(result))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks._common import add_json_option, put_out
 from episodestream.manifest import (
     SPAN_FIELDS,
     DatasetIdentity,
@@ -477,13 +478,10 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sidecar, fewer files")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     report = run_manifest_bench(quick=args.quick)
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    return 0
+    return put_out(report, args.json, format_report(report))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from tests.support.synthetic_moov import synthetic_moov
 
+from benchmarks._common import add_json_option, put_out
 from episodestream.errors import EpisodeStreamError
 from episodestream.mp4 import (
     locate_moov,
@@ -309,13 +310,11 @@ def _print(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and clips")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     report = run_mp4_bench(quick=args.quick)
     _print(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
-    return 0
+    return put_out(report, args.json, default=str)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import json
 import multiprocessing
 import os
 import random
@@ -35,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import add_json_option, put_out
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest
 
 __all__ = ["CLIENTS", "main", "run_storage_bench"]
@@ -410,13 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer levels and requests")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; best of them is kept")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     report = run_storage_bench(quick=args.quick, repeat=args.repeat)
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    return 0
+    return put_out(report, args.json, format_report(report))
 
 
 if __name__ == "__main__":

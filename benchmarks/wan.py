@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import socket
 import statistics
@@ -35,6 +34,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import add_json_option, put_out
 from episodestream.serving import NginxServer, WanEmulator, WanSettings
 
 __all__ = ["main", "run_wan_bench"]
@@ -221,15 +221,12 @@ def _table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wan", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     result = run_wan_bench(args.rounds)
-    print(_table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return put_out(result, args.json, _table(result))
 
 
 if __name__ == "__main__":
