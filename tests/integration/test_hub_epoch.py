@@ -39,13 +39,6 @@ def _pool(hub: HubStandIn, cache_dir: Path, **reader: object) -> EpisodePoolData
     )
 
 
-def _video_requests(requests: list, status: int | None = None) -> list:
-    """Hub resolves of the MP4 files (by path)."""
-    return [
-        r for r in requests if r.path.endswith(".mp4") and (status is None or r.status == status)
-    ]
-
-
 def _video_ranges(hub: HubStandIn, root: Path) -> list:
     """CDN answers with bytes of an MP4 file (the CDN names blobs by content hash)."""
     blobs = {hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*.mp4")}
@@ -65,8 +58,8 @@ def test_streamed_epoch_through_the_hub(
     assert len(refused) <= len(hub.cdn_urls)
     # cold start (the index is built from each MP4's moov; sizes come from one tree listing
     # per folder, not a probe per file): at most 2 Hub resolves per episode-camera in all
-    assert len(_video_requests(hub.hub_requests)) <= 2 * EPISODE_CAMERAS
-    assert not [r for r in _video_requests(hub.hub_requests) if r.header("Range") == "bytes=0-0"]
+    assert len(hub.video_resolves()) <= 2 * EPISODE_CAMERAS
+    assert not [r for r in hub.video_resolves() if r.header("Range") == "bytes=0-0"]
 
     # a second user with the index in hand: exactly one range per episode-camera
     hub.hub_requests.clear()
@@ -75,7 +68,7 @@ def test_streamed_epoch_through_the_hub(
         warm = {int(s["index"]): s for s in pool}
     lerobot_reference.assert_whole_epoch(warm)
     assert len(_video_ranges(hub, lerobot_fixture_root)) == EPISODE_CAMERAS
-    assert len(_video_requests(hub.hub_requests)) == EPISODE_CAMERAS
+    assert len(hub.video_resolves()) == EPISODE_CAMERAS
     assert not [r for r in hub.cdn_requests if r.header("Authorization")]
 
 
@@ -135,7 +128,7 @@ def test_split_roots_metadata_from_a_repo_revision_data_from_a_bucket(
     with pool() as dataset:
         again = {int(s["index"]): s for s in dataset}
     lerobot_reference.assert_whole_epoch(again)
-    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    resolves = hub_standin.video_resolves()
     assert len(resolves) == EPISODE_CAMERAS
     assert all("/buckets/org/sim5-data/" in r.path for r in resolves)
 
@@ -157,5 +150,5 @@ def test_index_cli_with_a_data_root_serves_the_next_training_run(
     with EpisodeStreamDataset(root, data_root=data_root, cache_dir=tmp_path) as dataset:
         dataset[100]
     # the index the CLI wrote was found: no moov was read, only the episode's own ranges
-    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    resolves = hub_standin.video_resolves()
     assert len(resolves) == 3 * 2  # episode 2 (frames 94-149) and the next, prefetched

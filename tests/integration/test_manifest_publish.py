@@ -111,7 +111,7 @@ def test_publish_to_a_hub_repo_then_a_cold_start_costs_one_sidecar_request(
     sidecar_blob = hub._commits[head][PUBLISHED_SIDECAR_PATH]
     assert len([r for r in hub.cdn_requests if sidecar_blob in r.path]) == 1
     # no moov was read: one resolve per episode-camera, for its own bytes
-    assert len([r for r in hub.hub_requests if r.path.endswith(".mp4")]) == EPISODE_CAMERAS
+    assert len(hub.video_resolves()) == EPISODE_CAMERAS
 
     # publishing the same sidecar again changes nothing (no empty commit)
     run = _index(root, "--cache-dir", str(tmp_path / "publisher"), "--publish")
@@ -319,7 +319,7 @@ def test_split_roots_publish_beside_the_metadata_then_a_cold_start(
     lerobot_reference.assert_whole_epoch(samples)
     sidecar_requests = _sidecar_resolves(hub_standin)
     assert len(sidecar_requests) == 1 and "/org/sim5-meta/" in sidecar_requests[0].path
-    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    resolves = hub_standin.video_resolves()
     assert len(resolves) == EPISODE_CAMERAS
     assert all("/buckets/org/sim5-data/" in r.path for r in resolves)
 
@@ -356,7 +356,7 @@ def test_publish_to_a_bucket_through_xet_then_a_cold_start(
     samples = _cold_epoch(hub_standin, root, tmp_path / "second-user")
     lerobot_reference.assert_whole_epoch(samples)
     assert len(_sidecar_resolves(hub_standin)) == 1
-    resolves = [r for r in hub_standin.hub_requests if r.path.endswith(".mp4")]
+    resolves = hub_standin.video_resolves()
     assert len(resolves) == EPISODE_CAMERAS
     with open_reader(root, endpoint=hub_standin.endpoint, token=hub_standin.token) as reader:
         published = load_sidecar(pa.py_buffer(reader.read_file(PUBLISHED_SIDECAR_PATH)))

@@ -591,6 +591,10 @@ class HubStandIn:
             self._refs[(repo_id, ref)] = sha
             return sha
 
+    def video_resolves(self) -> list[RecordedRequest]:
+        """The Hub requests (resolves) for MP4 files so far, in arrival order."""
+        return [r for r in self.hub_requests if r.path.endswith(".mp4")]
+
     def open_reader(self, root: str = "hf://datasets/org/robot", **options: Any) -> Any:
         """A ``HubRangeReader`` on ``root`` through this stand-in, with its write token unless
         ``options`` name another ``token``."""
