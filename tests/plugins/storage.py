@@ -728,62 +728,91 @@ class HubStandIn:
         if record.method == "POST":
             self._handle_write(handler, record, path, query, authorization)
             return
-        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/xet-write-token/?$", path)
-        if match:
-            self._xet_write_token(handler, record, match.group(1), authorization)
-            return
-        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/xet-read-token/?$", path)
-        if match:
-            self._xet_read_token(handler, record, match.group(1))
-            return
-        match = re.match(r"^/api/datasets/([^/]+/[^/]+)/revision/(.+)$", path)
-        if match:
-            sha = self._lookup(match.group(1), match.group(2))
-            if sha is None:
-                _send_json(
+        routes: list[tuple[str, Callable[..., None]]] = [
+            (
+                r"^/api/buckets/([^/]+/[^/]+)/xet-write-token/?$",
+                lambda bucket: self._xet_write_token(handler, record, bucket, authorization),
+            ),
+            (
+                r"^/api/buckets/([^/]+/[^/]+)/xet-read-token/?$",
+                lambda bucket: self._xet_read_token(handler, record, bucket),
+            ),
+            (
+                r"^/api/datasets/([^/]+/[^/]+)/revision/(.+)$",
+                lambda repo, revision: self._revision(handler, record, repo, revision),
+            ),
+            (
+                r"^/api/datasets/([^/]+/[^/]+)/tree/([^/]+)/?(.*)$",
+                lambda repo, revision, folder: self._list(
                     handler,
-                    404,
-                    {"error": "Revision not found"},
                     record,
-                    {"X-Error-Code": "RevisionNotFound"},
-                )
-            else:
-                _send_json(handler, 200, {"id": match.group(1), "sha": sha}, record)
-            return
-        match = re.match(r"^/api/datasets/([^/]+/[^/]+)/tree/([^/]+)/?(.*)$", path)
-        if match:
-            sha = self._lookup(match.group(1), match.group(2))
-            tree = self._commits.get(sha or "")
-            folder = urllib.parse.unquote(match.group(3))
-            self._list(handler, record, tree, folder, query)
-            return
-        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/tree/?(.*)$", path)
-        if match:
-            prefix = urllib.parse.unquote(match.group(2))
-            self._list_bucket(handler, record, match.group(1), prefix, query)
-            return
-        match = re.match(r"^/api/buckets/([^/]+/[^/]+)/?$", path)
-        if match:
-            self._bucket_info(handler, record, match.group(1))
-            return
-        match = re.match(r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-        if match:
-            if self._refuse_gated(handler, record, match.group(1)):
+                    self._commits.get(self._lookup(repo, revision) or ""),
+                    urllib.parse.unquote(folder),
+                    query,
+                ),
+            ),
+            (
+                r"^/api/buckets/([^/]+/[^/]+)/tree/?(.*)$",
+                lambda bucket, prefix: self._list_bucket(
+                    handler, record, bucket, urllib.parse.unquote(prefix), query
+                ),
+            ),
+            (
+                r"^/api/buckets/([^/]+/[^/]+)/?$",
+                lambda bucket: self._bucket_info(handler, record, bucket),
+            ),
+            (
+                r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$",
+                lambda repo, revision, file: self._resolve_file(
+                    handler, record, repo, file, revision
+                ),
+            ),
+            (
+                r"^/buckets/([^/]+/[^/]+)/resolve/(.+)$",
+                lambda bucket, file: self._resolve_file(handler, record, bucket, file, None),
+            ),
+        ]
+        for pattern, route in routes:
+            match = re.match(pattern, path)
+            if match:
+                route(*match.groups())
                 return
-            sha = self._lookup(match.group(1), match.group(2))
-            file = urllib.parse.unquote(match.group(3))
-            blob = self._commits.get(sha or "", {}).get(file)
-            self._resolve(handler, record, file, blob, sha)
-            return
-        match = re.match(r"^/buckets/([^/]+/[^/]+)/resolve/(.+)$", path)
-        if match:
-            if self._refuse_gated(handler, record, match.group(1)):
-                return
-            file = urllib.parse.unquote(match.group(2))
-            blob = self._buckets.get(match.group(1), {}).get(file)
-            self._resolve(handler, record, file, blob, None)
-            return
         _send_json(handler, 404, {"error": "Not found"}, record)
+
+    def _revision(
+        self, handler: BaseHTTPRequestHandler, record: RecordedRequest, repo_id: str, revision: str
+    ) -> None:
+        sha = self._lookup(repo_id, revision)
+        if sha is None:
+            _send_json(
+                handler,
+                404,
+                {"error": "Revision not found"},
+                record,
+                {"X-Error-Code": "RevisionNotFound"},
+            )
+        else:
+            _send_json(handler, 200, {"id": repo_id, "sha": sha}, record)
+
+    def _resolve_file(
+        self,
+        handler: BaseHTTPRequestHandler,
+        record: RecordedRequest,
+        repo_id: str,
+        file: str,
+        revision: str | None,
+    ) -> None:
+        """Resolve ``file`` (percent-encoded) in dataset ``repo_id`` at ``revision``, or in
+        bucket ``repo_id`` when ``revision`` is None."""
+        if self._refuse_gated(handler, record, repo_id):
+            return
+        file = urllib.parse.unquote(file)
+        if revision is None:
+            sha, files = None, self._buckets.get(repo_id, {})
+        else:
+            sha = self._lookup(repo_id, revision)
+            files = self._commits.get(sha or "", {})
+        self._resolve(handler, record, file, files.get(file), sha)
 
     # -- writes (huggingface_hub's commit path)
 
