@@ -35,7 +35,7 @@ from episodestream.sampling._cursor import DrawCursor
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
 from episodestream.sampling._state import ResumeState, episodes_digest
-from episodestream.sampling._validate import canonical_episodes, require_int
+from episodestream.sampling._validate import canonical_episodes, or_default, require_int
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -179,12 +179,8 @@ class PoolSchedule(DrawCursor):
         start: int = 0,
         entry_order: ArrayLike | None = None,
     ) -> None:
-        self._params = params if params is not None else PoolParams()
-        if not isinstance(self._params, PoolParams):
-            raise SamplingError(f"params must be a PoolParams, got {type(params).__name__}")
-        self._slot = slot if slot is not None else WorkerSlot()
-        if not isinstance(self._slot, WorkerSlot):
-            raise SamplingError(f"slot must be a WorkerSlot, got {type(slot).__name__}")
+        self._params = or_default("params", params, PoolParams)
+        self._slot = or_default("slot", slot, WorkerSlot)
         self._epoch = require_int("epoch", epoch, minimum=0)
         self._ids, self._counts = canonical_episodes(episode_ids, frame_counts, allow_empty=True)
         self._total = int(self._counts.sum())

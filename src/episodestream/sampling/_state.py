@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from episodestream.errors import SamplingError
 from episodestream.sampling._loader import loader_consumption
 from episodestream.sampling._slot import WorkerSlot
-from episodestream.sampling._validate import canonical_episodes
+from episodestream.sampling._validate import canonical_episodes, require_instance
 
 __all__ = ["STATE_VERSION", "ResumeState", "episodes_digest"]
 
@@ -268,8 +268,7 @@ class ResumeState:
             SamplingError: the state belongs to another worker or worker count, or a rank's
                 state comes without ``worker_totals``.
         """
-        if not isinstance(slot, WorkerSlot):
-            raise SamplingError(f"slot must be a WorkerSlot, got {type(slot).__name__}")
+        require_instance("slot", slot, WorkerSlot)
         if self.kind == "worker":
             if (self.worker, self.num_workers) != (slot.worker, slot.num_workers):
                 raise SamplingError(

@@ -4,7 +4,7 @@ parameter."""
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -12,6 +12,8 @@ from numpy.typing import ArrayLike
 from episodestream.errors import SamplingError
 
 __all__: list[str] = []
+
+_T = TypeVar("_T")
 
 
 def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
@@ -22,6 +24,18 @@ def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     if minimum is not None and result < minimum:
         raise SamplingError(f"{name} must be >= {minimum}, got {result}")
     return result
+
+
+def require_instance(name: str, value: object, kind: type[_T]) -> _T:
+    """Return ``value`` when it is a ``kind``; otherwise a SamplingError naming ``name``."""
+    if not isinstance(value, kind):
+        raise SamplingError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def or_default(name: str, value: _T | None, kind: type[_T]) -> _T:
+    """``value``, or a default ``kind()`` when it is None (see :func:`require_instance`)."""
+    return kind() if value is None else require_instance(name, value, kind)
 
 
 def canonical_episodes(

@@ -50,7 +50,7 @@ from episodestream.sampling._pool import (
 )
 from episodestream.sampling._rng import generator, stream_key
 from episodestream.sampling._slot import WorkerSlot
-from episodestream.sampling._validate import canonical_episodes, require_int
+from episodestream.sampling._validate import canonical_episodes, or_default, require_int
 
 __all__ = [
     "DEFAULT_WINDOW_FRAMES",
@@ -219,10 +219,8 @@ class WindowSchedule(DrawCursor):
         epoch: int = 0,
         start: int = 0,
     ) -> None:
-        self._params = params if params is not None else WindowParams()
-        if not isinstance(self._params, WindowParams):
-            raise SamplingError(f"params must be a WindowParams, got {type(params).__name__}")
-        slot = slot if slot is not None else WorkerSlot()
+        self._params = or_default("params", params, WindowParams)
+        slot = or_default("slot", slot, WorkerSlot)
         self._ids, self._counts = canonical_episodes(episode_ids, frame_counts, allow_empty=True)
         position, starts, stops = window_bounds(self._counts, self._params.window_frames)
         self._episode = self._ids[position] if position.size else _EMPTY_I64
