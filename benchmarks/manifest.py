@@ -18,9 +18,7 @@ nginx and the emulator run in a child process so their CPU does not slow the cli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -34,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks._common import add_json_option, put_out
+from benchmarks._common import ServerProcess, add_json_option, put_out
 from episodestream.manifest import (
     SPAN_FIELDS,
     DatasetIdentity,
@@ -234,16 +232,10 @@ def _serve(root: str, rtt_ms: float, conn: Any) -> None:
         conn.recv()
 
 
-class _Served:
+class _Served(ServerProcess):
     def __init__(self, root: Path, rtt_ms: float) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(str(root), rtt_ms, child))
-        self._process.start()
-        if not self._conn.poll(60):
-            self._process.kill()
-            raise RuntimeError("benchmark server did not start within 60 s")
-        self.url, log = self._conn.recv()
+        super().__init__(_serve, (str(root), rtt_ms), "benchmark server")
+        self.url, log = self.hello
         self.log = Path(log)
 
     def mark(self) -> int:
@@ -254,14 +246,6 @@ class _Served:
 
         time.sleep(0.2)  # nginx writes the log line after the response
         return read_access_log(self.log, since)[0]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send("stop")
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=10)
 
 
 def _replicated_dataset(base: Path, target: Path, files_per_camera: int) -> Path:

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import multiprocessing
 import os
 import random
 import sys
@@ -34,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import add_json_option, put_out
+from benchmarks._common import ServerProcess, add_json_option, put_out
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest
 
 __all__ = ["CLIENTS", "main", "run_storage_bench"]
@@ -204,24 +203,10 @@ def _serve(root: str, settings: list[tuple[float, float | None]], conn: Any) -> 
                 emulator.close()
 
 
-class _Servers:
+class _Servers(ServerProcess):
     def __init__(self, root: Path, settings: list[tuple[float, float | None]]) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(str(root), settings, child))
-        self._process.start()
-        if not self._conn.poll(60):
-            self._process.kill()
-            raise RuntimeError("benchmark servers did not start within 60 s")
-        self.urls: list[str] = self._conn.recv()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send("stop")
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=10)
+        super().__init__(_serve, (str(root), settings), "benchmark servers")
+        self.urls: list[str] = self.hello
 
 
 # ------------------------------------------------------------------------------ measuring
