@@ -583,13 +583,18 @@ class HubStandIn:
         """Make a commit of ``files`` (the whole tree) on ``ref``; returns its sha."""
         with self._lock:
             tree = {path: self._blob(data) for path, data in files.items()}
-            sha = hashlib.sha1(
-                json.dumps([repo_id, ref, sorted(tree.items()), len(self._commits)]).encode()
-            ).hexdigest()
-            self._commits[sha] = tree
-            self._repo_of_commit[sha] = repo_id
-            self._refs[(repo_id, ref)] = sha
-            return sha
+            return self._record_commit(repo_id, ref, tree)
+
+    def _record_commit(self, repo_id: str, ref: str, tree: dict[str, str]) -> str:
+        """Store ``tree`` (path -> blob) as a new commit that ``ref`` now points to; returns
+        its sha. Called with ``_lock`` held."""
+        sha = hashlib.sha1(
+            json.dumps([repo_id, ref, sorted(tree.items()), len(self._commits)]).encode()
+        ).hexdigest()
+        self._commits[sha] = tree
+        self._repo_of_commit[sha] = repo_id
+        self._refs[(repo_id, ref)] = sha
+        return sha
 
     def video_resolves(self) -> list[RecordedRequest]:
         """The Hub requests (resolves) for MP4 files so far, in arrival order."""
@@ -1027,12 +1032,7 @@ class HubStandIn:
                 ref = f"refs/pr/{number}"
             else:
                 ref = revision
-            sha = hashlib.sha1(
-                json.dumps([repo_id, ref, sorted(tree.items()), len(self._commits)]).encode()
-            ).hexdigest()
-            self._commits[sha] = tree
-            self._repo_of_commit[sha] = repo_id
-            self._refs[(repo_id, ref)] = sha
+            sha = self._record_commit(repo_id, ref, tree)
             self.write_commits.append((repo_id, ref, sha))
         answer: dict[str, Any] = {
             "commitUrl": f"{self.endpoint}/datasets/{repo_id}/commit/{sha}",
