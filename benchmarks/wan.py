@@ -34,6 +34,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from tests.support.timed_range import timed_range_get
+
 from benchmarks._common import add_json_option, put_out
 from episodestream.serving import NginxServer, WanEmulator, WanSettings
 
@@ -113,21 +115,10 @@ def _halves(url: str, nginx: NginxServer) -> tuple[float, float]:
 
 
 def _download_rate(url: str, data: bytes) -> float:
-    conn = _connect(url)
-    conn.request(
-        "GET", urllib.parse.urlsplit(url).path, headers={"Range": f"bytes=0-{TRANSFER_BYTES - 1}"}
-    )
-    response = conn.getresponse()
-    body = bytearray(response.read(1))
-    first_byte = time.perf_counter()
-    chunk = bytearray(MIB)
-    while (n := response.readinto(chunk)) > 0:
-        body += chunk[:n]
-    finished = time.perf_counter()
-    conn.close()
-    if bytes(body) != data[:TRANSFER_BYTES]:
+    got = timed_range_get(url, TRANSFER_BYTES, timeout_s=IO_TIMEOUT_SECONDS)
+    if got.body != data[:TRANSFER_BYTES]:
         raise RuntimeError("the emulator changed the bytes")
-    return (len(body) - 1) / (finished - first_byte)
+    return got.rate
 
 
 def _upload_rate() -> float:

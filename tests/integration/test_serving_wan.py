@@ -27,6 +27,7 @@ from episodestream.errors import ServingError
 from episodestream.serving import NginxServer, WanEmulator, WanSettings, serve_dataset
 from episodestream.serving._loop import LoopThread
 from tests.plugins.serving import run_clients
+from tests.support.timed_range import timed_range_get
 
 MIB = 1024 * 1024
 BIG_BYTES = 16 * MIB + 123
@@ -125,25 +126,12 @@ def test_throughput_is_capped_and_bytes_exact_despite_delay(
     rate = 8 * MIB
     emulator = wan_emulator_factory(rtt_ms=100, bandwidth_mibps=rate / MIB)
     url = emulator.rebase_url(f"{http_publish(big_dir)}/big.bin")
-    conn = _connect(url)
-    started = time.perf_counter()
-    conn.request(
-        "GET", urllib.parse.urlsplit(url).path, headers={"Range": f"bytes=0-{16 * MIB - 1}"}
-    )
-    response = conn.getresponse()
-    assert response.status == 206
-    body = bytearray(response.read(1))
-    first_byte = time.perf_counter()
-    chunk = bytearray(MIB)
-    while (n := response.readinto(chunk)) > 0:
-        body += chunk[:n]
-    finished = time.perf_counter()
-    conn.close()
-    assert bytes(body) == big_data[: 16 * MIB]  # exact, in order
-    measured = (len(body) - 1) / (finished - first_byte)
-    assert _at_most(measured, rate), measured / MIB
+    got = timed_range_get(url, 16 * MIB)
+    assert got.status == 206
+    assert got.body == big_data[: 16 * MIB]  # exact, in order
+    assert _at_most(got.rate, rate), got.rate / MIB
     # the delay only adds latency: handshake + request round trip before the first byte
-    assert first_byte - started >= 0.2
+    assert got.first_byte - got.started >= 0.2
 
 
 class _Sink:
