@@ -3,47 +3,56 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 __all__ = ["Metrics"]
+
+
+class _Holder:
+    """Lives only in one thread's ``threading.local``: when the thread ends (or a foreign
+    thread, such as one of Arrow's, gives up its Python thread state), Python drops it and its
+    finalizer folds that thread's counts into the shared base."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _fold(lock: threading.Lock, live: dict[int, dict], ended: dict, key: int) -> None:
+    with lock:
+        for name, amount in live.pop(key, {}).items():
+            ended[name] = ended.get(name, 0) + amount
 
 
 class Metrics:
     """Counters and time sums; ``snapshot`` is what the reader's ``stats()`` is made from.
 
     Each thread adds into its own dict (no lock on the hot path: eight lock round trips per
-    request showed up when many threads ran small requests); a snapshot sums them. The dict
-    of a thread that has ended is folded into a shared base (when another thread first adds,
-    and on every snapshot), so threads of short-lived pools do not pile up for the reader's
-    life and no count is lost.
+    request showed up when many threads ran small requests); a snapshot sums them. When a
+    thread ends, its dict is folded into a shared base, so threads of short-lived pools do not
+    pile up for the reader's life and no count is lost. Threads are not looked up by
+    ``threading.current_thread()``: called from a thread that ``threading`` did not start (a
+    parquet read on Arrow's I/O threads calls the reader), it would register a dummy thread
+    that never goes away.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        # the dict of each thread that added, with its thread (to tell when it has ended)
-        self._per_thread: list[tuple[threading.Thread, dict[str, float | int]]] = []
+        self._live: dict[int, dict[str, float | int]] = {}  # each thread's dict that added
         self._ended: dict[str, float | int] = {}  # counts of threads that have ended
 
     def add(self, name: str, amount: float | int = 1) -> None:
         values = getattr(self._local, "values", None)
         if values is None:
-            values = self._local.values = {}
+            values = {}
+            holder = _Holder()
+            key = id(holder)
             with self._lock:
-                self._fold_ended()
-                self._per_thread.append((threading.current_thread(), values))
+                self._live[key] = values
+            # the callback holds the shared dicts, not self: a dropped reader is not kept alive
+            weakref.finalize(holder, _fold, self._lock, self._live, self._ended, key)
+            self._local.holder = holder
+            self._local.values = values
         values[name] = values.get(name, 0) + amount
-
-    def _fold_ended(self) -> None:
-        """Fold the dicts of threads that have ended into ``_ended`` (under the lock): an
-        ended thread adds no more, so its dict is final."""
-        live = []
-        for thread, values in self._per_thread:
-            if thread.is_alive():
-                live.append((thread, values))
-                continue
-            for key, amount in values.items():
-                self._ended[key] = self._ended.get(key, 0) + amount
-        self._per_thread = live
 
     def snapshot(self) -> dict[str, float | int]:
         base: dict[str, float | int] = {
@@ -68,9 +77,8 @@ class Metrics:
             "failures": 0,
         }
         with self._lock:
-            self._fold_ended()
             # dict() copies in one C call under the GIL: safe while the owner keeps adding.
-            copies = [dict(self._ended)] + [dict(values) for _, values in self._per_thread]
+            copies = [dict(self._ended)] + [dict(values) for values in self._live.values()]
         for values in copies:
             for name, amount in values.items():
                 base[name] = base.get(name, 0) + amount
