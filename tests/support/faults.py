@@ -52,7 +52,7 @@ import threading
 import urllib.parse
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Self
+from typing import Literal, Protocol
 
 from episodestream._checks import check_choice, check_int, check_number
 from episodestream.errors import ConfigError
@@ -607,12 +607,6 @@ class FaultProxy(LoopProxy):
             return list(self._records)
 
     # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Start the proxy thread and wait until it listens; returns ``self``."""
-        self._runner.start(self._listen, self._abort)
-        logger.info("fault proxy %s -> %s:%d", self.url, *self.upstream)
-        return self
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> Awaitable[asyncio.Server]:
         return asyncio.start_server(

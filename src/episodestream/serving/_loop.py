@@ -148,11 +148,14 @@ class LoopThread:
 
 class LoopProxy(Closing, abc.ABC):
     """What the loopback proxies share on top of their :class:`LoopThread`: close, context
-    manager, and where they listen. Subclasses set ``_host`` and ``_runner`` and define
-    ``start()`` and ``_abort()`` (coroutine aborting their connections on the loop)."""
+    manager, start-up, and where they listen. Subclasses call :meth:`_set_up` first and define
+    ``_listen()`` (their server) and ``_abort()`` (coroutine aborting their connections on the
+    loop)."""
 
     _host: str
     _runner: LoopThread
+    _label: str
+    _log: logging.Logger
     upstream: tuple[str, int]
 
     def _set_up(
@@ -180,6 +183,8 @@ class LoopProxy(Closing, abc.ABC):
                 raise ConfigError(f"upstream URL needs a host and a port: {upstream!r}")
             upstream = (parsed.hostname, parsed.port)
         self.upstream = upstream
+        self._label = label
+        self._log = log
         self._host = host
         self._requested_port = port or 0
         self._runner = LoopThread(
@@ -192,9 +197,19 @@ class LoopProxy(Closing, abc.ABC):
             log=log,
         )
 
-    @abc.abstractmethod
     def start(self) -> Self:
         """Start the proxy thread and wait until it listens; returns ``self``."""
+        self._runner.start(self._listen, self._abort)
+        self._log.info("%s %s -> %s:%d%s", self._label, self.url, *self.upstream, self._note())
+        return self
+
+    def _note(self) -> str:
+        """What the start-up log line adds after the addresses (e.g. the link's settings)."""
+        return ""
+
+    @abc.abstractmethod
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> Awaitable[asyncio.Server]:
+        """Start the subclass's server on ``loop`` (runs on the loop thread)."""
 
     @abc.abstractmethod
     async def _abort(self) -> None:

@@ -32,7 +32,6 @@ import socket
 import urllib.parse
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Self
 
 from episodestream._checks import check_int, check_number
 from episodestream.serving._loop import LoopProxy
@@ -436,16 +435,8 @@ class WanEmulator(LoopProxy):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        """Start the proxy thread and wait until it listens; returns ``self``."""
-        self._runner.start(self._listen, self._abort)
-        logger.info(
-            "WAN emulator %s -> %s:%d (%s)",
-            self.url,
-            *self.upstream,
-            self.settings.describe(),
-        )
-        return self
+    def _note(self) -> str:
+        return f" ({self.settings.describe()})"
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> Awaitable[asyncio.Server]:
         return loop.create_server(
