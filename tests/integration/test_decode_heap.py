@@ -3,6 +3,7 @@ free heap pages really handed back, and DecoderPool asking for a trim when it cl
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -119,3 +120,21 @@ def test_a_forked_child_may_trim_at_once_whatever_its_parent_did() -> None:
 
     reply = reply_from_fork(child)
     assert reply == ("True 1" if ON_GLIBC else "False 0")
+
+
+_TRIMMER_STATE = (
+    "from episodestream.decode import heap_trimmer; "
+    "t = heap_trimmer(); print(t.available, t.enabled, t.maybe_trim())"
+)
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("0", False), ("off", False), ("1", True)])
+def test_the_environment_switch_turns_the_process_trimmer_off(value: str, enabled: bool) -> None:
+    # a fresh interpreter, as a spawn or forkserver DataLoader worker is: the switch is read
+    # when the process's trimmer is created
+    env = {**os.environ, "EPISODESTREAM_HEAP_TRIM": value}
+    out = subprocess.run(
+        [sys.executable, "-c", _TRIMMER_STATE], capture_output=True, text=True, check=True, env=env
+    )
+    on = enabled and ON_GLIBC
+    assert out.stdout.split() == [str(ON_GLIBC), str(on), str(on)]

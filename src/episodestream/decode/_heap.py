@@ -12,13 +12,19 @@ free blocks back (``MADV_DONTNEED``); the blocks stay free and usable, and a pag
 is faulted in again. :class:`HeapTrimmer` calls it when decoders close (an episode left), at
 most once per ``min_interval_s``, and only once the process has spent enough CPU since the
 last trim that the trims' own CPU stays under ``max_cpu_share`` of the process's. Elsewhere
-(musl, macOS, Windows) it does nothing. Pages that a live block shares with free space stay, so
-the heaps still creep up a little; trimming removes the free pages' share of the growth.
+(musl, macOS, Windows, or a Python without ``ctypes``) it does nothing. Pages that a live block
+shares with free space stay, so the heaps still creep up a little; trimming removes the free
+pages' share of the growth.
+
+The environment variable ``EPISODESTREAM_HEAP_TRIM=0`` (or ``false``, ``no``, ``off``) turns
+the process's trimmer off. It is read when that trimmer is created, at this module's import,
+so DataLoader workers started with spawn or forkserver honour it too (a forked worker
+inherits its parent's trimmer, switch included); ``heap_trimmer().enabled`` changes it later in
+one process only.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import sys
@@ -28,6 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from episodestream._checks import check_number
+
+try:
+    import ctypes
+except ImportError:  # a Python built without it: trimming is unavailable
+    ctypes = None  # type: ignore[assignment]
 
 __all__ = ["HeapTrimStats", "HeapTrimmer", "heap_trimmer"]
 
@@ -40,11 +51,14 @@ DEFAULT_MIN_INTERVAL_S = 1.0
 #: about every pass of benchmarks/rss.py) CPU per sample rose 1.01-1.06x; with 0.0005 (one
 #: every five or six passes) no rise showed (0.98-1.00x) and RSS growth was cut about as much.
 DEFAULT_MAX_CPU_SHARE = 0.0005
+#: Environment variable: ``0`` (or ``false``/``no``/``off``) turns the process's trimmer off.
+HEAP_TRIM_ENV = "EPISODESTREAM_HEAP_TRIM"
+_OFF = frozenset({"0", "false", "no", "off"})
 
 
 def _glibc_malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none (or is not glibc)."""
-    if not sys.platform.startswith("linux"):
+    if ctypes is None or not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)  # the process's global symbols: the C library it runs on
@@ -70,7 +84,11 @@ class HeapTrimStats:
 
 class HeapTrimmer:
     """Calls ``malloc_trim(0)`` when :meth:`maybe_trim` is asked and the last trim is old
-    enough. Thread-safe: a call while another thread trims returns at once.
+    enough. Thread-safe: a :meth:`maybe_trim` call while another thread trims returns at once
+    (False); a :meth:`trim_now` call waits for that trim to end, then trims again.
+
+    :meth:`maybe_trim` runs on the caller's thread: for :class:`DecoderPool`, whichever thread
+    closes decoders (ending a lease, evicting or discarding), and that thread pays for the trim.
 
     Args:
         min_interval_s: shortest wall time between two trims.
@@ -162,7 +180,17 @@ class HeapTrimmer:
         self._seconds = 0.0
 
 
-_TRIMMER = HeapTrimmer(trim=_glibc_malloc_trim())
+def _process_trimmer() -> HeapTrimmer:
+    """The process's trimmer: glibc's ``malloc_trim`` where there is one, off when
+    ``EPISODESTREAM_HEAP_TRIM`` says so."""
+    trimmer = HeapTrimmer(trim=_glibc_malloc_trim())
+    if os.environ.get(HEAP_TRIM_ENV, "").strip().lower() in _OFF:
+        trimmer.enabled = False
+        _LOG.debug("heap trimming off (%s=%s)", HEAP_TRIM_ENV, os.environ[HEAP_TRIM_ENV])
+    return trimmer
+
+
+_TRIMMER = _process_trimmer()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_TRIMMER._after_fork)
 
