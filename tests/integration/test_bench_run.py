@@ -136,6 +136,7 @@ def test_bytes_fetched_equal_the_manifest(
     assert stream["manifest_bytes_fetched_episodes"] == manifest_bytes
     assert fetch["bytes"] == manifest_bytes
     assert report.dataset["episode_span_bytes"] == manifest_bytes
+    assert report.dataset["index_episodes"] is None and fetch["index_episodes"] is None
     # the episodes' own frames are at most what was fetched, and most of it
     assert 1.0 <= report.ratios["bytes_fetched_over_video_bytes"] <= 1.2
 

@@ -181,8 +181,17 @@ def test_bench_on_indexed_episodes_uses_their_subset_sidecar(
         cache=cache,
     )  # fmt: skip
     assert bench.returncode == 0, bench.stderr
-    dataset = json.loads(report.read_text())["dataset"]
+    data = json.loads(report.read_text())
+    dataset, fetch = data["dataset"], data["fetch"]
     assert dataset["index_origin"] == "cache"  # found, not built
+    # the report says its index (and so its video and byte figures) covers two episodes of
+    # the dataset's five, and makes no whole-dataset estimate from those two
+    assert dataset["episodes"] == 5
+    assert dataset["index_episodes"] == fetch["index_episodes"] == 2
+    assert fetch["dataset_episodes"] == 2
+    assert fetch["estimated_s_whole_dataset"] is None
+    assert fetch["estimated_s_benchmark_episodes"] > 0
+    assert "of 2 episodes only (a subset's index" in bench.stdout
     with LocalRangeReader(lerobot_fixture_root) as reader:
         meta = load_dataset_meta(reader)
     assert not sidecar_cache_path(meta, cache).exists()  # the whole index was never built

@@ -24,7 +24,12 @@ from episodestream.bench._floor import run_floor
 from episodestream.bench._lerobot_track import LeRobotTrackError, lerobot_version, run_lerobot
 from episodestream.bench._measure import peak_rss_bytes, rss_bytes
 from episodestream.bench._scaling import run_scaling
-from episodestream.bench._sequence import BenchDataset, open_bench_dataset, randomness
+from episodestream.bench._sequence import (
+    BenchDataset,
+    indexed_episodes,
+    open_bench_dataset,
+    randomness,
+)
 from episodestream.bench._tracks import (
     check_local_copy,
     download_files,
@@ -143,6 +148,9 @@ def _dataset_summary(ds: BenchDataset) -> dict[str, Any]:
         "video_bytes": int(sum(s.size for s in sources)),
         "episode_span_bytes": int(manifest.episode_bytes().sum()),
         "index_origin": manifest.origin,
+        # None: the index covers every episode; else video_files, video_bytes and
+        # episode_span_bytes are those of this many episodes only (a subset's sidecar)
+        "index_episodes": indexed_episodes(manifest),
         "index_open_s": ds.index_seconds,
         "shard_episodes": int(sequence.shard_episodes.size),
         "shard_frames": int(sequence.shard_frames.sum()),

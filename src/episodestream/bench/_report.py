@@ -427,6 +427,18 @@ def _scaling(report: BenchReport) -> str:
     )
 
 
+def _index_scope(d: dict[str, Any]) -> str:
+    """Says when the index (and so the video files and bytes above, and the fetch track's
+    dataset figures) covers only a subset's episodes, not the whole dataset's."""
+    count = d.get("index_episodes")
+    if count is None:
+        return ""
+    return (
+        f" of {count} episodes only (a subset's index: video files and bytes are those "
+        "episodes', and no whole-dataset estimate is made)"
+    )
+
+
 def format_report(report: BenchReport) -> str:
     """The whole report as Markdown (headings and tables), as ``bench`` prints it."""
     d = report.dataset
@@ -438,7 +450,8 @@ def format_report(report: BenchReport) -> str:
         f"## episodestream bench: {d['root']}\n\n"
         f"{d['episodes']} episodes, {d['frames']} frames, {len(d['cameras'])} cameras {size} "
         f"{'/'.join(codecs)} at {fmt(d['fps'], 0)} fps, {d['video_files']} video files, "
-        f"{mib(d['video_bytes'])} MiB of video; index: {d['index_origin']}. "
+        f"{mib(d['video_bytes'])} MiB of video; index: {d['index_origin']}"
+        f"{_index_scope(d)}. "
         f"Rank {h['shard_index']} of {h['shard_count']} on {h['hostname']} "
         f"({h['cpus']} CPUs): {d['shard_episodes']} episodes, {d['shard_frames']} frames. "
         f"Sequence: {report.sequence['samples']} samples (seed {c['seed']}, pool "

@@ -20,6 +20,7 @@ from episodestream.storage import Limits, Location, RangeReader, open_reader
 __all__ = [
     "BenchDataset",
     "SampleSequence",
+    "indexed_episodes",
     "open_bench_dataset",
     "randomness",
     "selected_episodes",
@@ -180,6 +181,13 @@ def open_bench_dataset(
         index_seconds=index_seconds,
         episode_ids=subset,
     )
+
+
+def indexed_episodes(manifest: EpisodeManifest) -> int | None:
+    """How many episodes ``manifest`` indexes when it is a subset's (``index --episodes``);
+    None when it indexes the whole dataset."""
+    subset = manifest.identity.episodes
+    return None if subset is None else int(subset.count)
 
 
 def range_location(location: Location, config: BenchConfig) -> Location:

@@ -32,7 +32,7 @@ from episodestream.bench._access import AccessLog, range_length, range_start, su
 from episodestream.bench._config import BenchConfig
 from episodestream.bench._measure import Progress, Sampler, timing_figures
 from episodestream.bench._remote_decoder import RemoteFileDecoder
-from episodestream.bench._sequence import BenchDataset
+from episodestream.bench._sequence import BenchDataset, indexed_episodes
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
 from episodestream.datasets import EpisodePoolDataset
 from episodestream.decode import (
@@ -499,6 +499,7 @@ def run_fetch(
     video = int(ds.episode_video_bytes(episodes).sum())
     mib_s = total / _MIB / seconds if seconds > 0 else 0.0
     all_bytes = int(ds.manifest.episode_bytes().sum())
+    index_episodes = indexed_episodes(ds.manifest)
     rate = total / seconds if seconds > 0 else 0.0
 
     def per_job_ms(name: str) -> float:
@@ -516,9 +517,14 @@ def run_fetch(
         "episodes_per_s": fetches / seconds if seconds > 0 else 0.0,
         "mib_per_episode_camera": total / _MIB / jobs if jobs else 0.0,
         "estimated_s_benchmark_episodes": total / rate if rate else None,
+        # the index's figures: every episode's, or only those of a subset's sidecar
+        # (index --episodes), whose bytes say nothing of the whole dataset's
+        "index_episodes": index_episodes,
         "dataset_bytes": all_bytes,
         "dataset_episodes": int(ds.manifest.num_episodes),
-        "estimated_s_whole_dataset": all_bytes / rate if rate else None,
+        "estimated_s_whole_dataset": (
+            all_bytes / rate if rate and index_episodes is None else None
+        ),
         "ms_per_camera_job": {
             "manifest_lookup": per_job_ms("lookup_s"),
             "range_fetch": per_job_ms("fetch_s"),
