@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from episodestream import ConfigTypeError, StorageTimeout
+from episodestream import ConfigTypeError, StorageError, StorageTimeout
 from episodestream.storage import FsspecRangeReader, ReadRequest, Timeouts, open_reader
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,3 +47,19 @@ def test_timeouts_are_typed_and_reach_the_reader_through_open_reader(silent_url:
     with open_reader("memory://x", timeouts=SHORT) as reader:
         assert isinstance(reader, FsspecRangeReader)
         assert reader._timeouts is SHORT
+
+
+class _ClosedRightAfterLookup(FsspecRangeReader):
+    """Closed (as by another thread) after ``read_many``'s filesystem lookups, before its
+    thread pool is made: the batch's bound is worked out in between."""
+
+    def _bound_seconds(self, *args):
+        self.close()
+        return super()._bound_seconds(*args)
+
+
+def test_a_batch_closed_before_its_pool_exists_never_makes_one():
+    reader = _ClosedRightAfterLookup("memory://closing-race")
+    with pytest.raises(StorageError, match="is closed"):
+        reader.read_many([ReadRequest("a.bin", 0, 10), ReadRequest("b.bin", 5, 10)])
+    assert reader._executor is None  # a pool made now would never be shut down

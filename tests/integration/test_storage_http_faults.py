@@ -330,9 +330,11 @@ class _TrickleServer:
     """Answers every GET ``200`` with a ``Content-Length`` of ``size`` (Range ignored), then
     sends the body 1 KiB at a time every 50 ms (20 KiB/s, below the readers' minimum rate of
     64 KiB/s, yet never silent for a read timeout). The reader reads it in 64 KiB calls and
-    checks its deadline between them: the first check comes after 3.2 s at the earliest."""
+    checks its deadline between them: the first check comes after 3.2 s at the earliest.
 
-    def __init__(self, size: int) -> None:
+    ``silent_after``: bytes sent before the server falls silent (a socket read timeout)."""
+
+    def __init__(self, size: int, silent_after: int | None = None) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         stop = self.stop = threading.Event()
@@ -346,6 +348,9 @@ class _TrickleServer:
                 sent = 0
                 try:
                     while sent < size and not stop.wait(0.05):
+                        if silent_after is not None and sent >= silent_after:
+                            stop.wait()  # silent until the test ends
+                            return
                         chunk = min(1024, size - sent)
                         self.wfile.write(b"x" * chunk)
                         self.wfile.flush()
@@ -399,6 +404,31 @@ def test_a_small_document_at_a_trickle_fails_at_the_deadline_naming_its_url(tric
             reader._get_document(f"{trickle.url}/api/doc.json?sig=SECRET", max_bytes=128 * 1024)
         assert f"{trickle.url}/api/doc.json" in str(raised.value)
         assert "SECRET" not in str(raised.value)
+
+
+@pytest.fixture
+def falls_silent() -> _TrickleServer:
+    server = _TrickleServer(size=128 * 1024, silent_after=2048)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_skipping_through_a_body_that_falls_silent_is_a_timeout(falls_silent):
+    with (
+        HttpRangeReader(falls_silent.url, retry=ONCE, timeouts=QUICK) as reader,
+        pytest.raises(StorageTimeout, match=r"no data for 0\.5 s while skipping") as raised,
+    ):
+        reader.read("blob.bin", 131_000, 10)
+    assert isinstance(raised.value.__cause__, TimeoutError)
+
+
+def test_a_small_document_that_falls_silent_is_a_timeout(falls_silent):
+    with HttpRangeReader(falls_silent.url, retry=ONCE, timeouts=QUICK) as reader:
+        with pytest.raises(StorageTimeout, match=r"no data for 0\.5 s") as raised:
+            reader._get_document(f"{falls_silent.url}/api/doc.json", max_bytes=128 * 1024)
+        assert f"{falls_silent.url}/api/doc.json" in str(raised.value)
 
 
 def test_a_document_too_large_names_its_url(served):

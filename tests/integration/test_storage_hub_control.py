@@ -212,6 +212,38 @@ def test_a_status_still_failing_after_retries_says_how_often_it_was_retried():
     assert len(calls) == 6
 
 
+def test_a_status_retried_by_a_custom_policy_says_so_when_it_gives_up():
+    # 409 is not one of the default retry statuses: retried because the policy says so,
+    # giving up must say it was retried, not call the answer unexpected
+    conflict = _hf_error(409, {"X-Error-Message": "busy"}, API)
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        raise conflict
+
+    policy = RetryPolicy(
+        max_attempts=3,
+        backoff_initial_seconds=0.01,
+        backoff_max_seconds=0.05,
+        retry_statuses=frozenset({409}),
+    )
+    with pytest.raises(StorageError) as info:
+        call_hub(
+            call,
+            what="Hub dataset 'org/robot'",
+            secrets=[],
+            retry=policy,
+            stop=threading.Event(),
+            rng=random.Random(0),
+        )
+    assert len(calls) == 3
+    assert type(info.value) is StorageError
+    assert str(info.value).startswith("Hub dataset 'org/robot': HTTP 409 (retried 2 times)")
+    # without the policy's word, a 409 stays an unexpected answer
+    assert isinstance(_call_hub_failing(conflict, secrets=[]), InvalidResponse)
+
+
 def test_transport_errors_become_ours():
     request = httpx.Request("GET", API)
     what = "Hub dataset 'org/robot'"

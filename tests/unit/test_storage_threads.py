@@ -3,16 +3,19 @@ bounded shutdown of a pool, and the per-thread counters."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from episodestream import StorageTimeout
+from episodestream.storage import HttpRangeReader
 from episodestream.storage._httpmetrics import Metrics
-from episodestream.storage._runner import run_bounded, shut_down
+from episodestream.storage._runner import run_bounded, shut_down, tracked_pool
 
 # Bounds on waits for events the test itself sets: never reached unless something is broken.
 NEVER_SECONDS = 60.0
@@ -90,6 +93,45 @@ def test_shut_down_joins_against_a_deadline_and_logs_what_is_left(caplog):
     caplog.clear()
     assert shut_down(pool, 0.2, "reader X") == []  # all joined: nothing logged
     assert not [r for r in caplog.records if "still running" in r.getMessage()]
+
+
+def test_a_tracked_pool_names_its_threads_without_the_executors_private_set(caplog):
+    caplog.set_level(logging.WARNING, logger="episodestream.storage")
+    release, started = threading.Event(), threading.Event()
+    pool = tracked_pool(1, "episodestream-tracked")
+    ran_on: list[threading.Thread] = []
+
+    def stuck() -> None:
+        ran_on.append(threading.current_thread())
+        started.set()
+        release.wait(NEVER_SECONDS)
+
+    pool.submit(stuck)
+    assert started.wait(NEVER_SECONDS)
+    assert pool.workers == set(ran_on)  # recorded by the pool's initializer
+    del pool._threads  # as where the executor keeps no such attribute
+    try:
+        assert shut_down(pool, 0.2, "reader Y") == [ran_on[0].name]
+    finally:
+        release.set()
+        ran_on[0].join(NEVER_SECONDS)
+    assert not ran_on[0].is_alive()
+    assert shut_down(pool, 0.2, "reader Y") == []  # joined: nothing left, nothing logged
+    assert not [r for r in caplog.records if "keeps no thread set" in r.getMessage()]
+
+
+def test_a_dropped_http_reader_is_freed_without_the_cyclic_gc():
+    # the reader holds its retrier and transport: neither may hold the reader back, or its
+    # connections stay open until a cyclic collection happens to run
+    gc.collect()
+    gc.disable()
+    try:
+        reader = HttpRangeReader("http://127.0.0.1:9/data")
+        dropped = weakref.ref(reader)
+        del reader
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 def test_counts_of_ended_threads_are_folded_in_and_never_lost():

@@ -17,7 +17,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,13 +179,17 @@ class FailureLog:
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Retrier:
-    """What a failed attempt of ``owner`` (a reader, named in errors) leads to.
+    """What a failed attempt of ``owner`` (a weak reference to a reader, named in errors)
+    leads to.
+
+    Weak: the reader holds its retrier, so a strong reference back would be a cycle that
+    keeps a dropped reader's connections open until the cyclic GC runs.
 
     ``rng`` draws the backoff jitter under ``lock``; ``stop`` set means the owner was closed:
     no retry, no wait. Every attempt counted goes to ``metrics`` and ``log``.
     """
 
-    owner: object
+    owner: Callable[[], object | None]
     retry: RetryPolicy
     rng: random.Random
     lock: threading.Lock
@@ -193,13 +197,17 @@ class Retrier:
     metrics: Metrics
     log: FailureLog
 
+    def _name(self) -> str:
+        reader = self.owner()
+        return "the reader" if reader is None else repr(reader)
+
     def after_failure(
         self, label: str, start: int, end: int, attempt: int, started: float, failure: Retry
     ) -> None:
         """Log a failed attempt, then sleep before the next one or raise the typed error."""
         if self.stop.is_set():
             # close() interrupted this attempt (shut its connection down): no retry, no log
-            raise StorageError(f"{self.owner!r} was closed during the read") from failure.error
+            raise StorageError(f"{self._name()} was closed during the read") from failure.error
         elapsed = time.monotonic() - started
         with self.lock:
             delay = self.retry.next_delay(attempt, self.rng, failure.retry_after)
@@ -213,9 +221,8 @@ class Retrier:
         logger.debug("retrying %s in %.2f s: %s", label, delay, failure.error)
         self.metrics.add("retry_sleep_seconds", delay)
         if self.stop.wait(delay):
-            raise StorageError(
-                f"{self.owner!r} was closed while waiting to retry"
-            ) from failure.error
+            closed = StorageError(f"{self._name()} was closed while waiting to retry")
+            raise closed from failure.error
 
     def hold_for_quota(
         self, label: str, url: str, start: int, end: int, limited: int, failure: Retry
@@ -230,7 +237,7 @@ class Retrier:
         giving_up = wait > bound or limited > MAX_QUOTA_WAITS
         self.log.write(label, start, end, limited, failure, None if giving_up else wait)
         if self.stop.is_set():
-            raise StorageError(f"{self.owner!r} was closed during the read") from failure.error
+            raise StorageError(f"{self._name()} was closed during the read") from failure.error
         if giving_up:
             error = failure.error
             reason = (

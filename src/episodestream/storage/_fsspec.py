@@ -50,7 +50,7 @@ from episodestream.storage._base import (
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Limits, Timeouts
 from episodestream.storage._httpbody import body_deadline_seconds
 from episodestream.storage._location import Location
-from episodestream.storage._runner import shut_down
+from episodestream.storage._runner import shut_down, tracked_pool
 from episodestream.storage._urls import redact_url
 
 __all__ = ["FsspecRangeReader"]
@@ -365,10 +365,10 @@ class FsspecRangeReader(BaseRangeReader):
                 results[i] = self._read_range(fs, fulls[i][1], fulls[i][2], r.offset, r.length)
             return results
         with self._lock:
+            if self._closed:  # closed since _filesystem(): a pool made now would never shut
+                raise StorageError(f"{self!r} is closed")
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self._max_concurrency, thread_name_prefix="episodestream-fsspec"
-                )
+                self._executor = tracked_pool(self._max_concurrency, "episodestream-fsspec")
             executor = self._executor
         futures = [
             executor.submit(fs.cat_file, fulls[i][1], start=requests[i].offset, end=requests[i].end)

@@ -26,6 +26,7 @@ import random
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ from episodestream.storage._httprules import (
 )
 from episodestream.storage._ratelimit import MAX_QUOTA_WAITS
 from episodestream.storage._redirects import REDIRECT_HOSTS
-from episodestream.storage._runner import run_bounded, shut_down
+from episodestream.storage._runner import run_bounded, shut_down, tracked_pool
 from episodestream.storage._transport import (
     Response,
     Transport,
@@ -231,15 +232,17 @@ class HttpRangeReader(BaseRangeReader):
         self._metrics = Metrics()
         self._rng = random.Random(self._seed)
         log = FailureLog(self._failure_log)
+        # A weak reference, not the reader: no reader <-> retrier cycle keeping a dropped
+        # reader (and its sockets) alive until the cyclic GC runs.
         self._retrier = Retrier(
-            self, self._retry, self._rng, self._lock, self._stop, self._metrics, log
+            weakref.ref(self), self._retry, self._rng, self._lock, self._stop, self._metrics, log
         )
         self._transport: Transport = self._transport_factory(
             TransportOptions(
                 timeouts=self._timeouts,
                 max_connections_per_host=self._limits.max_connections_per_host,
                 verify=self._verify,
-                on_connect=self._count_connect,
+                on_connect=partial(_count_connect, self._metrics),  # no bound method: no cycle
             )
         )
 
@@ -526,17 +529,10 @@ class HttpRangeReader(BaseRangeReader):
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self._limits.max_concurrency,
-                    thread_name_prefix="episodestream-http",
-                )
+                self._executor = tracked_pool(self._limits.max_concurrency, "episodestream-http")
             return self._executor
 
     # ------------------------------------------------------------------------- transport
-
-    def _count_connect(self, seconds: float) -> None:
-        self._metrics.add("connections")
-        self._metrics.add("connect_seconds", seconds)
 
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
@@ -984,3 +980,10 @@ class HttpRangeReader(BaseRangeReader):
                 attempt += 1
                 waited = HOST_GATES.waited_here() - gate_mark
                 self._retrier.after_failure(state.label, 0, 1, attempt, started + waited, failure)
+
+
+def _count_connect(metrics: Metrics, seconds: float) -> None:
+    """The transport's ``on_connect``: it counts into the reader's metrics, never through
+    the reader (the reader holds the transport; a reference back would be a cycle)."""
+    metrics.add("connections")
+    metrics.add("connect_seconds", seconds)

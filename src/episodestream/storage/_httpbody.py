@@ -141,6 +141,11 @@ def read_small_body(
                         )
                     )
                 return None
+    except TimeoutError as error:  # before OSError, its base: a silent server is a timeout
+        if strict:
+            silent = StorageTimeout(f"{where}: no data for {read_seconds} s ({total} bytes read)")
+            raise Retry(silent) from error
+        return None
     except (OSError, ValueError) as error:
         if strict:
             broken = StorageError(f"{where}: body broken: {describe_error(error)}")
@@ -173,6 +178,11 @@ def skip_body(
                         f"({skipped} bytes skipped)"
                     )
                 )
+    except TimeoutError as error:  # before OSError, its base: a silent server is a timeout
+        silent = StorageTimeout(
+            f"{where}: no data for {read_seconds} s while skipping ({skipped} bytes skipped)"
+        )
+        raise Retry(silent) from error
     except (OSError, ValueError) as error:
         raise Retry(StorageError(f"{where}: {describe_error(error)}")) from error
     return skipped

@@ -292,7 +292,9 @@ def translate_hub_error(
         return NotFound(
             f"{what}: HTTP {status}, no such repo (or private without a valid token){reason}"
         )
-    if status in RETRYABLE_STATUSES:
+    if status in RETRYABLE_STATUSES or retried is not None:
+        # retried given: the caller's retry policy held this status worth retrying (its
+        # statuses may go beyond the defaults, 409 say), so giving up says so too
         tries = f" (retried {retried} times)" if retried else ""
         return StorageError(f"{what}: HTTP {status}{tries}{reason}")
     return InvalidResponse(f"{what}: unexpected HTTP {status}{reason}")

@@ -7,6 +7,7 @@ no task waits on another, so one flat list of tasks per call can never deadlock 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
@@ -14,11 +15,55 @@ from typing import Any, TypeVar
 
 from episodestream.errors import StorageTimeout
 
-__all__ = ["run_bounded", "shut_down"]
+__all__ = ["TrackedPool", "run_bounded", "shut_down", "tracked_pool"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+_warned_untracked = False
+
+
+def _record_worker(workers: set[threading.Thread]) -> None:
+    workers.add(threading.current_thread())  # set.add is atomic under the GIL
+
+
+class TrackedPool(ThreadPoolExecutor):
+    """A thread pool that records its own worker threads (``workers``), so :func:`shut_down`
+    can join them without relying on the executor's private attributes."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        # The set, not a bound method of the pool, goes to the initializer (no cycle).
+        self.workers: set[threading.Thread] = set()
+        super().__init__(
+            max_workers=max_workers,
+            thread_name_prefix=thread_name_prefix,
+            initializer=_record_worker,
+            initargs=(self.workers,),
+        )
+
+
+def tracked_pool(max_workers: int, thread_name_prefix: str) -> TrackedPool:
+    """The storage readers' worker pool: :class:`TrackedPool`."""
+    return TrackedPool(max_workers, thread_name_prefix)
+
+
+def _pool_threads(executor: ThreadPoolExecutor) -> list[threading.Thread]:
+    """The threads to join: those a :class:`TrackedPool` recorded, with CPython's own set
+    (``_threads``) where it exists — it also holds a thread started but not yet recording."""
+    global _warned_untracked
+    threads = set(getattr(executor, "workers", ()))
+    private = getattr(executor, "_threads", None)
+    if private is not None:
+        threads.update(private)
+    elif not isinstance(executor, TrackedPool) and not _warned_untracked:
+        _warned_untracked = True
+        logger.warning(
+            "%s keeps no thread set this code knows: its threads are not joined on close",
+            type(executor).__name__,
+        )
+    return sorted(threads, key=lambda thread: thread.name)
 
 
 def shut_down(executor: ThreadPoolExecutor, join_seconds: float, owner: str) -> list[str]:
@@ -29,8 +74,7 @@ def shut_down(executor: ThreadPoolExecutor, join_seconds: float, owner: str) -> 
     finish on its own (pool threads do not keep the interpreter from exiting).
     """
     executor.shutdown(wait=False, cancel_futures=True)
-    # The pool's own thread set (CPython's ThreadPoolExecutor keeps it in ``_threads``).
-    threads = list(getattr(executor, "_threads", ()))
+    threads = _pool_threads(executor)
     deadline = time.monotonic() + join_seconds
     for thread in threads:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
