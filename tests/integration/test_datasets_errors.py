@@ -146,7 +146,7 @@ def test_a_sample_not_built_in_time_is_a_decode_error_naming_it(
     release = threading.Event()
 
     def stuck(image: torch.Tensor) -> torch.Tensor:
-        release.wait()  # a decode thread that never finishes the sample in time
+        release.wait(60)  # a decode thread that never finishes the sample in time
         return image
 
     monkeypatch.setattr(module, timeout_name, 0.2)
