@@ -9,6 +9,7 @@ import numpy as np
 
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
 from episodestream.decode import open_decoder
+from episodestream.decode._torchcodec import _fallback_run_starts
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import open_manifest
 from episodestream.storage import LocalRangeReader
@@ -37,3 +38,12 @@ def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path, caplog)
     ]
     for start, last in [(int(m[1]), int(m[2])) for m in runs if m]:
         assert last - start <= 64, (start, last)
+
+
+def test_the_fallback_runs_start_further_back_each_time_and_end_at_frame_0():
+    # 4, 16, then 64 frames before the first wanted frame, then the clip's start
+    assert _fallback_run_starts(70) == [66, 54, 6, 0]
+    assert _fallback_run_starts(64) == [60, 48, 0]  # 64 back is frame 0: asked once
+    assert _fallback_run_starts(10) == [6, 0]  # 16 and 64 back are cut to frame 0
+    assert _fallback_run_starts(2) == [0]
+    assert _fallback_run_starts(0) == [0]
