@@ -219,11 +219,12 @@ def _fetch_published(
 ) -> tuple[bool, str]:
     """Copy the dataset's published sidecar to ``destination`` if it matches the dataset."""
     try:
-        whole, size = _read_published(reader)
+        published_bytes, size = _read_published(reader)
     except NotFound:
         return False, "absent"
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
-    reason = None if whole is not None else _published_header_mismatch(reader, size, expected)
+    small = published_bytes is not None
+    reason = None if small else _published_header_mismatch(reader, size, expected)
     if reason is not None:
         return False, reason
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -232,9 +233,9 @@ def _fetch_published(
     )
     try:
         with os.fdopen(fd, "wb") as handle:
-            if whole is not None:
-                handle.write(whole)
-            for offset in range(0, size if whole is None else 0, _DOWNLOAD_PIECE_BYTES):
+            if published_bytes is not None:
+                handle.write(published_bytes)
+            for offset in range(0, 0 if small else size, _DOWNLOAD_PIECE_BYTES):
                 length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
                 handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
             handle.flush()
@@ -387,17 +388,19 @@ def open_manifest(
 
     if use_published:
         try:
-            whole, size = _read_published(publisher)
+            published_bytes, size = _read_published(publisher)
         except NotFound:
             refused.append("published: absent")
         else:
-            big = whole is None
+            big = published_bytes is None
             reason = _published_header_mismatch(publisher, size, expected) if big else None
             try:
                 if reason is not None:
                     raise ManifestError(reason)
                 data = (
-                    whole if whole is not None else publisher.read(PUBLISHED_SIDECAR_PATH, 0, size)
+                    published_bytes
+                    if published_bytes is not None
+                    else publisher.read(PUBLISHED_SIDECAR_PATH, 0, size)
                 )
                 manifest = load_sidecar(pa.py_buffer(data), expect=expected, origin="published")
             except ManifestError as error:
