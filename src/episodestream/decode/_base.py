@@ -39,6 +39,18 @@ _LOG = logging.getLogger(__name__)
 
 # how long close() waits for a call in progress on another thread before freeing anyway
 _CLOSE_WAIT_S = 30.0
+#: Makes close()'s check-and-set of ``_closed`` one step (held only for that): of two threads
+#: closing one decoder, exactly one frees its state.
+_CLOSE_LOCK = threading.Lock()
+
+
+def _new_close_lock() -> None:  # a lock held by another thread at fork stays held in the child
+    global _CLOSE_LOCK
+    _CLOSE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_close_lock)
 
 #: FFmpeg decode threads per decoder. Measured (docs/BENCHMARKS.md, "Decoding"): for small g=2
 #: AV1 clips accessed at random, 1 thread beats FFmpeg's automatic count, whose frame threading
@@ -434,10 +446,12 @@ class ClipDecoderBase(Closing, abc.ABC):
 
     def close(self) -> None:
         """Free the backend's decoder state; idempotent. A call still in progress on another
-        thread is waited for first (bounded: past that, a warning and the state is freed)."""
-        if self._closed:
-            return
-        self._closed = True
+        thread is waited for first (bounded: past that, a warning and the state is freed).
+        Atomic: of threads closing the decoder at once, one frees the state, the others return."""
+        with _CLOSE_LOCK:
+            if self._closed:
+                return
+            self._closed = True
         if not self._guard.wait_idle(_CLOSE_WAIT_S):
             _LOG.warning(
                 "%s: closing a decoder still in use after %.0f s", self._name, _CLOSE_WAIT_S
@@ -446,4 +460,6 @@ class ClipDecoderBase(Closing, abc.ABC):
 
     @abc.abstractmethod
     def _release(self) -> None:
-        """Drop the backend's decoder state (from :meth:`close`, once)."""
+        """Drop the backend's decoder state: from :meth:`close` (once, whatever the threads),
+        or from the backend's ``__init__`` when opening fails part-way, so it must cope with
+        state only partly set up."""
