@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from episodestream import EpisodeStreamDataset, StreamOptions
-from episodestream.errors import ConfigError, ManifestError, StaleSourceError
+from episodestream.errors import ConfigError, ConfigTypeError, ManifestError, StaleSourceError
 from episodestream.lerobot import DatasetMeta, load_dataset_meta
 from episodestream.manifest import (
     PUBLISHED_SIDECAR_PATH,
@@ -445,6 +445,27 @@ def test_unknown_episodes_are_named(lerobot_fixture_root: Path, tmp_path: Path) 
         with pytest.raises(UnknownEpisodesError, match="unknown episode"):
             open_manifest(reader, meta, cache_dir=tmp_path, episodes=[-1])
         assert not tmp_path.joinpath("sidecars").exists()  # refused before anything is built
+
+
+def test_episodes_that_are_not_integers_are_refused(
+    lerobot_fixture_root: Path, tmp_path: Path
+) -> None:
+    # a cast would take 1.5 for episode 1 and index (or look up) the wrong subset
+    with LocalRangeReader(lerobot_fixture_root) as reader:
+        meta = load_dataset_meta(reader)
+        for bad in ([1.5], [0, 2.0], np.array([1.0]), [True], ["1"]):
+            with pytest.raises(ConfigTypeError, match="episode indices must be integers"):
+                sidecar_cache_path(meta, tmp_path, episodes=bad)
+            with pytest.raises(ConfigTypeError, match="episode indices must be integers"):
+                open_manifest(reader, meta, cache_dir=tmp_path, episodes=bad)
+            with pytest.raises(ConfigTypeError, match="episode indices must be integers"):
+                build_manifest(reader, meta, progress=False, episodes=bad)
+            with pytest.raises(ConfigTypeError, match="episode indices must be integers"):
+                EpisodeSubset.of(bad)
+        assert not tmp_path.joinpath("sidecars").exists()  # refused before anything is built
+    # integers of any integer dtype still do
+    subset = sidecar_cache_path(meta, tmp_path, episodes=np.array([1, 3], dtype=np.uint8))
+    assert subset == sidecar_cache_path(meta, tmp_path, episodes=[3, 1])
 
 
 def test_subset_sidecar_serves_its_subset_and_smaller(sim5_copy: Path, tmp_path: Path) -> None:

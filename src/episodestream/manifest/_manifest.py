@@ -19,6 +19,7 @@ import numpy as np
 
 from episodestream.errors import (
     ConfigError,
+    ConfigTypeError,
     ManifestError,
     StaleSourceError,
     UnknownEpisodesError,
@@ -60,8 +61,12 @@ class EpisodeSubset:
 
     @classmethod
     def of(cls, episodes: Sequence[int] | np.ndarray) -> EpisodeSubset:
-        """The subset holding ``episodes`` (any order; repeats are ignored)."""
-        ids = np.unique(np.asarray(episodes, dtype=np.int64))
+        """The subset holding ``episodes`` (any order; repeats are ignored).
+
+        Raises:
+            ConfigTypeError: episode indices that are not integers.
+        """
+        ids = np.unique(_episode_ids(episodes))
         if ids.size == 0:
             raise ConfigError("an episode subset needs at least one episode")
         breaks = np.flatnonzero(np.diff(ids) != 1) + 1
@@ -109,6 +114,15 @@ class EpisodeSubset:
             raise ManifestError(f"sidecar episode runs are malformed: {error!r}") from error
 
 
+def _episode_ids(episodes: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``episodes`` as a flat int64 array; ConfigTypeError for anything but integers (1.5 is
+    not episode 1, and a cast would say it was)."""
+    given = np.asarray(episodes)
+    if given.size and given.dtype.kind not in "iu":
+        raise ConfigTypeError(f"episode indices must be integers, got dtype {given.dtype}")
+    return given.astype(np.int64, copy=False).reshape(-1)
+
+
 def episode_subset(
     meta: DatasetMeta, episodes: Sequence[int] | np.ndarray | EpisodeSubset | None
 ) -> EpisodeSubset | None:
@@ -118,15 +132,12 @@ def episode_subset(
     Raises:
         UnknownEpisodesError: episodes the dataset does not have (named).
         ConfigError: an empty list.
+        ConfigTypeError: episode indices that are not integers.
     """
     if episodes is None:
         return None
     available = np.asarray(meta.episodes.episode_index, dtype=np.int64)
-    wanted = (
-        episodes.ids()
-        if isinstance(episodes, EpisodeSubset)
-        else np.asarray(episodes, dtype=np.int64).reshape(-1)
-    )
+    wanted = episodes.ids() if isinstance(episodes, EpisodeSubset) else _episode_ids(episodes)
     unknown = np.setdiff1d(wanted, available)
     if unknown.size:
         raise UnknownEpisodesError(unknown, available)
