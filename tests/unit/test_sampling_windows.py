@@ -15,6 +15,7 @@ from episodestream.sampling import (
     PoolSchedule,
     WindowParams,
     WindowSchedule,
+    WorkerSlot,
     decoded_span,
     window_bounds,
     window_slots,
@@ -64,6 +65,14 @@ def test_every_frame_exactly_once_across_all_slots(
     episodes, params, world_size, num_workers, epoch
 ):
     ids, counts = episodes
+
+    def schedule_for(e: np.ndarray, n: np.ndarray, slot: WorkerSlot) -> WindowSchedule:
+        schedule = WindowSchedule(e, n, params=params, slot=slot, epoch=epoch)
+        # n is plan.frame_counts_for(slot): the slot's draws (checked against the schedule's
+        # total) are its frame counts summed, as well as the plan's frames_per_slot entry
+        assert schedule.total_samples == n.sum()
+        return schedule
+
     drawn = draws_of_every_slot(
         ids,
         counts,
@@ -71,7 +80,7 @@ def test_every_frame_exactly_once_across_all_slots(
         num_workers=num_workers,
         seed=params.seed,
         epoch=epoch,
-        schedule_for=lambda e, n, slot: WindowSchedule(e, n, params=params, slot=slot, epoch=epoch),
+        schedule_for=schedule_for,
         draws=lambda schedule: list(schedule.iter_draws()),
     )
     assert_exact_cover(ids, counts, drawn)
