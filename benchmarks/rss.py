@@ -312,7 +312,10 @@ def main() -> None:
     args = parser.parse_args()
     parse_bytes(args.budget)
     if args.passes < 2:
-        parser.error("--passes must be at least 2 (the report divides by pass 2)")
+        parser.error(
+            "--passes must be at least 2 (the report divides by pass 2; --cpu-rounds takes "
+            "the median of passes 2..n)"
+        )
     if args.child:
         passes = measure_rss_passes(
             passes=args.passes,
