@@ -37,6 +37,7 @@ from episodestream.storage import (
     HttpRangeReader,
     Limits,
     ReaderOptions,
+    ReaderStats,
     ReadRequest,
     RetryPolicy,
     Timeouts,
@@ -280,3 +281,36 @@ def test_reader_options_are_a_hashable_read_only_value_that_pickles():
     with pytest.raises(TypeError):
         again.storage_options["anon"] = False  # type: ignore[index]
     assert HttpRangeReader(HTTP_ROOT, **kept.given()).base_url == HTTP_ROOT
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ReaderOptions(headers={"X-Key": "v"}, storage_options={"anon": True}),
+        ReaderStats.from_counters({"requests": 3, "status_206": 2, "status_429": 1, "extra": 0.5}),
+        ReaderStats(statuses={200: 1}),  # a plain dict given directly is kept read-only too
+    ],
+    ids=["ReaderOptions", "ReaderStats.from_counters", "ReaderStats"],
+)
+def test_values_with_mappings_copy_pickle_hash_and_convert_like_other_values(value):
+    import copy
+    import dataclasses
+    import json
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(value)), copy.deepcopy(value), copy.copy(value)):
+        assert again == value and hash(again) == hash(value)
+    flat = dataclasses.asdict(value)  # a dict per mapping field: JSON takes it as it is
+    assert json.loads(json.dumps(flat)).keys() == flat.keys()
+    mapping_fields = [name for name, field_value in flat.items() if isinstance(field_value, dict)]
+    assert mapping_fields
+    for name in mapping_fields:
+        kept = getattr(value, name)
+        assert dict(kept) == flat[name]
+        with pytest.raises(TypeError, match="read-only"):
+            kept["new"] = 1
+        with pytest.raises(TypeError, match="read-only"):
+            kept.update(new=1)
+        assert "new" not in kept
+    changed = dataclasses.replace(value)
+    assert changed == value and hash(changed) == hash(value)

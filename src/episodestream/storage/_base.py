@@ -10,10 +10,10 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from types import MappingProxyType
 from typing import Protocol, Self, runtime_checkable
 
 from episodestream._closing import Closing
+from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigError, InvalidResponse, LocationError
 
 __all__ = [
@@ -138,8 +138,13 @@ class ReaderStats:
     headers_seconds: float = 0.0
     first_byte_seconds: float = 0.0
     body_seconds: float = 0.0
-    statuses: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
-    other: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    statuses: Mapping[int, int] = field(default_factory=FrozenDict)
+    other: Mapping[str, float] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        # read-only copies, so a value stays a value (and pickles and hashes) whoever made it
+        for name in _MAPPINGS:
+            object.__setattr__(self, name, FrozenDict.of(getattr(self, name)))
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, float]) -> ReaderStats:
@@ -158,8 +163,8 @@ class ReaderStats:
                 other[name] = amount
         return cls(
             **values,  # type: ignore[arg-type]
-            statuses=MappingProxyType(statuses),
-            other=MappingProxyType(other),
+            statuses=FrozenDict(statuses),
+            other=FrozenDict(other),
         )
 
     def as_dict(self) -> dict[str, float | int]:

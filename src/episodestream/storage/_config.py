@@ -8,10 +8,10 @@ import random
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
-from types import MappingProxyType
 from typing import Any
 
 from episodestream._checks import check_int, check_number
+from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigTypeError
 
 __all__ = [
@@ -217,8 +217,9 @@ class ReaderOptions:
         transport: makes the HTTP client (see ``storage/_transport.py``; default our wire).
 
     A value: ``headers`` and ``storage_options`` are kept as read-only copies
-    (``MappingProxyType``; the caller's later changes do not leak in), equal options compare
-    and hash equal (the mappings hashed by their contents), and it pickles.
+    (``FrozenDict``; the caller's later changes do not leak in), equal options compare and hash
+    equal (the mappings hashed by their contents), and it pickles, copies and goes through
+    ``dataclasses.asdict``.
     """
 
     token: str | bool | None = field(default=None, repr=False)
@@ -247,7 +248,7 @@ class ReaderOptions:
             if value is not None and not isinstance(value, Mapping):
                 raise ConfigTypeError(f"{name} must be a dict, got {type(value).__name__}")
             if value is not None:  # a read-only copy: the caller's later changes do not leak in
-                object.__setattr__(self, name, MappingProxyType(dict(value)))
+                object.__setattr__(self, name, FrozenDict(value))
         for key, value in (self.headers or {}).items():
             if not isinstance(key, str) or not isinstance(value, str):
                 # the names only: a header's value may be a credential
@@ -283,16 +284,6 @@ class ReaderOptions:
     def __hash__(self) -> int:
         return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
-    def __getstate__(self) -> list[Any]:
-        # MappingProxyType does not pickle: the mappings travel as dicts
-        return [_plain(getattr(self, f.name)) for f in fields(self)]
-
-    def __setstate__(self, state: list[Any]) -> None:
-        for f, value in zip(fields(self), state, strict=True):
-            if isinstance(value, dict):
-                value = MappingProxyType(value)
-            object.__setattr__(self, f.name, value)
-
     def given(self) -> dict[str, Any]:
         """The fields that were set, by name (what a backend's constructor is called with)."""
         return {
@@ -325,10 +316,6 @@ class ReaderOptions:
                 f"it takes {', '.join(sorted(names))}"
             )
         return cls(**value)
-
-
-def _plain(value: Any) -> Any:
-    return dict(value) if isinstance(value, MappingProxyType) else value
 
 
 def _hashable(value: Any) -> Any:
