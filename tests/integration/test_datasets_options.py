@@ -157,3 +157,18 @@ def test_a_byte_budget_at_its_default_in_another_spelling_is_no_clash(lerobot_fi
     options = StreamOptions(decoder="pyav")
     with EpisodeStreamDataset(lerobot_fixture_root, options=options, byte_budget=2**31) as ds:
         assert ds.options is options
+
+
+def test_the_opened_datasets_episode_arrays_are_read_only(lerobot_fixture_root, datasets_cache_dir):
+    # every layer above (sampling, workers, the map index) reads these arrays: none may change
+    # them, and the caller's own episode list is left as it was given
+    episodes = [4, 1, 2]
+    with EpisodeStreamDataset(
+        lerobot_fixture_root, episodes=episodes, cache_dir=datasets_cache_dir
+    ) as dataset:
+        opened = dataset.dataset
+        assert opened.episode_ids.tolist() == [4, 1, 2] and episodes == [4, 1, 2]
+        for name in ("episode_ids", "episode_lengths", "episode_nbytes"):
+            with pytest.raises(ValueError, match="read-only"):
+                getattr(opened, name)[0] = 0
+        assert opened.num_frames == int(sum(opened.episode_lengths))

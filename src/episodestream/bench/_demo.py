@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from episodestream._checks import check_choice, check_number, check_options
+from episodestream._frozen import FrozenDict
 from episodestream.bench._bench import BenchReport, run_bench
 from episodestream.bench._config import BenchConfig
 from episodestream.bench._report import fmt, format_report, markdown_table, mib, write_plot
@@ -101,7 +102,7 @@ class DemoConfig:
     cache_dir: str | None = None
     rtt_ms: float = DEMO_RTT_MS
     bandwidth_mibps: float = DEMO_BANDWIDTH_MIBPS
-    bench: Mapping[str, Any] = field(default_factory=dict)
+    bench: Mapping[str, Any] = field(default_factory=FrozenDict)
     plot: bool = True
     progress: bool = True
 
@@ -112,6 +113,8 @@ class DemoConfig:
             check_number("bandwidth_mibps", self.bandwidth_mibps, above=0.0)
         if not isinstance(self.bench, Mapping):
             raise ConfigTypeError(f"bench must be a dict of BenchConfig fields, got {self.bench!r}")
+        # a read-only copy: the caller's later changes cannot slip past the check below
+        object.__setattr__(self, "bench", FrozenDict.of(self.bench))
         set_here = {"root", "local_root", "access_log", "cache_dir", "progress"}  # by run_demo
         fields = {f.name for f in dataclasses.fields(BenchConfig)} - set_here
         check_options("DemoConfig.bench", self.bench, fields)

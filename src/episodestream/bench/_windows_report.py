@@ -92,7 +92,7 @@ class WindowBenchConfig:
             check_int("samples", self.samples, minimum=1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # holds arrays: equal only to itself
 class RandomnessRow:
     """Randomness of one order, per batch of ``batch_size`` consecutive samples.
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from episodestream._closing import Closing
+from episodestream._frozen import FrozenDict
 from episodestream.cache._source import ClipJob, ClipSource, EpisodeClip
 from episodestream.errors import BudgetError, CacheError, EpisodeStreamError, StorageTimeout
 from episodestream.storage import RangeReader, ReadRequest
@@ -45,10 +46,18 @@ class _State(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ResidentEpisode:
-    """All camera clips of one episode, as stored in the cache."""
+    """All camera clips of one episode, as stored in the cache.
+
+    The same value reaches every caller of the cache, so ``clips`` is read-only (a
+    ``FrozenDict``, whatever mapping it was made from): one caller cannot take a camera away
+    from the others.
+    """
 
     episode: int
     clips: Mapping[str, EpisodeClip]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clips", FrozenDict.of(self.clips))
 
     @property
     def nbytes(self) -> int:

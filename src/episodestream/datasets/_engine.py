@@ -137,6 +137,9 @@ def open_dataset(
             reader.close()
         raise
     headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
+    nbytes = (payload + headers).astype(np.int64)
+    for shared in (ids, lengths, nbytes):  # fresh arrays every layer above reads: kept read-only
+        shared.flags.writeable = False
     return OpenedDataset(
         root=meta.root,
         reader=reader,
@@ -144,7 +147,7 @@ def open_dataset(
         manifest=manifest,
         episode_ids=ids,
         episode_lengths=lengths,
-        episode_nbytes=(payload + headers).astype(np.int64),
+        episode_nbytes=nbytes,
         owns_reader=owns_reader,
     )
 

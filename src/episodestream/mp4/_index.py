@@ -7,7 +7,7 @@ tables agree on, before anything of that length is allocated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -24,7 +24,7 @@ MAX_UNTABLED_SAMPLES = 1 << 20
 _VISUAL_ENTRY_MIN_BYTES = 86  # 8-byte header + 78 bytes of VisualSampleEntry fields
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class TrackIndex:
     """One video track's sample table; every array is in decode order.
 
@@ -50,6 +50,25 @@ class TrackIndex:
     offsets: np.ndarray  # int64 absolute file offsets
     keyframes: np.ndarray  # bool sync-sample flags (stss; all True if absent)
     presentation_start: int | None = None  # smallest pts FFmpeg presents (edit list start)
+
+    # equal by contents, the arrays element by element (a dataclass's own __eq__ would ask
+    # numpy for one truth value of a whole array and raise); the hash skips the arrays
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, np.ndarray):
+                if mine.dtype != theirs.dtype or not np.array_equal(mine, theirs):
+                    return False
+            elif mine != theirs:
+                return False
+        return True
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.track_id, self.timescale, self.duration, self.codec, self.stsd, self.num_samples)
+        )
 
     @property
     def num_samples(self) -> int:

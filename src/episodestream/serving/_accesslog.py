@@ -10,10 +10,11 @@ from __future__ import annotations
 import collections
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from episodestream._frozen import FrozenDict
 from episodestream.errors import ServingError
 
 __all__ = [
@@ -147,7 +148,7 @@ class AccessSummary:
     body_bytes: int
     sent_bytes: int
     connections: int
-    status_counts: dict[int, int]
+    status_counts: Mapping[int, int]  # read-only (FrozenDict)
 
 
 def summarize_access(records: Iterable[AccessLogRecord]) -> AccessSummary:
@@ -166,5 +167,5 @@ def summarize_access(records: Iterable[AccessLogRecord]) -> AccessSummary:
         body_bytes=body,
         sent_bytes=sent,
         connections=len(connections),
-        status_counts=dict(sorted(statuses.items())),
+        status_counts=FrozenDict(sorted(statuses.items())),
     )
