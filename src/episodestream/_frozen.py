@@ -23,6 +23,15 @@ class FrozenDict(dict[_K, _V]):
 
     __slots__ = ()
 
+    # filled in __new__, so a second __init__ call on a made instance cannot add keys
+    def __new__(cls, *args: Any, **kwargs: Any) -> FrozenDict[_K, _V]:
+        made = super().__new__(cls)
+        dict.__init__(made, *args, **kwargs)
+        return made
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(f"{type(self).__name__} is read-only")
 
@@ -47,6 +56,10 @@ class FrozenDict(dict[_K, _V]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict.__repr__(self)})"
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[_K], value: Any = None) -> FrozenDict[_K, Any]:  # type: ignore[override]
+        return cls(dict.fromkeys(keys, value))
 
     @classmethod
     def of(cls, items: Mapping[_K, _V] | Iterable[tuple[_K, _V]]) -> FrozenDict[_K, _V]:

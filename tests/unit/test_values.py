@@ -9,11 +9,13 @@ import pickle
 import numpy as np
 import pytest
 
+from episodestream._frozen import FrozenDict
 from episodestream.bench import DemoConfig
 from episodestream.cache import EpisodeClip, ResidentEpisode
-from episodestream.errors import ConfigError
+from episodestream.errors import ConfigError, ConfigTypeError
 from episodestream.mp4 import parse_moov
 from episodestream.serving import AccessLogRecord, summarize_access
+from episodestream.storage import ReaderStats
 from tests.support.synthetic_moov import synthetic_moov
 
 
@@ -99,3 +101,36 @@ def test_demo_config_keeps_its_own_checked_copy_of_the_bench_overrides():
         DemoConfig(bench=given)
     assert hash(config) == hash(DemoConfig(bench={"samples": 10}))
     assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_frozen_dict_cannot_be_changed_by_any_dict_method():
+    frozen = FrozenDict({"a": 1, "b": [2]})
+    refused = [
+        lambda: frozen.__setitem__("c", 3),
+        lambda: frozen.__delitem__("a"),
+        lambda: frozen.update(c=3),
+        lambda: frozen.setdefault("c", 3),
+        lambda: frozen.pop("a"),
+        lambda: frozen.popitem(),
+        lambda: frozen.clear(),
+        lambda: frozen.__ior__({"c": 3}),
+    ]
+    for change in refused:
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    frozen.__init__(c=3)  # a second __init__ adds nothing: the contents were set at creation
+    assert frozen == {"a": 1, "b": [2]}
+    assert FrozenDict.fromkeys("xy", 0) == {"x": 0, "y": 0}
+    assert type(FrozenDict.fromkeys("xy")) is FrozenDict
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(frozen, protocol))
+        assert again == frozen and type(again) is FrozenDict
+    deep = copy.deepcopy(frozen)
+    assert deep == frozen and deep["b"] is not frozen["b"]
+    assert hash(FrozenDict(a=1)) == hash(FrozenDict({"a": 1}))
+    assert FrozenDict.of(frozen) is frozen
+
+
+def test_reader_stats_refuses_a_mapping_field_that_is_no_mapping():
+    with pytest.raises(ConfigTypeError, match=r"ReaderStats\.statuses must be a dict, got None"):
+        ReaderStats(statuses=None)  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ def open_dataset(
         raise
     headers = len(meta.video_keys) * (_CLIP_HEADER_BASE + _CLIP_HEADER_PER_FRAME * lengths)
     nbytes = (payload + headers).astype(np.int64)
-    for shared in (ids, lengths, nbytes):  # fresh arrays every layer above reads: kept read-only
+    for shared in (ids, lengths, nbytes):  # read by every layer above in this process
         shared.flags.writeable = False
     return OpenedDataset(
         root=meta.root,

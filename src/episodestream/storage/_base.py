@@ -14,7 +14,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from episodestream._closing import Closing
 from episodestream._frozen import FrozenDict
-from episodestream.errors import ConfigError, InvalidResponse, LocationError
+from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, LocationError
 
 __all__ = [
     "DEFAULT_READ_FILE_MAX_BYTES",
@@ -144,7 +144,10 @@ class ReaderStats:
     def __post_init__(self) -> None:
         # read-only copies, so a value stays a value (and pickles and hashes) whoever made it
         for name in _MAPPINGS:
-            object.__setattr__(self, name, FrozenDict.of(getattr(self, name)))
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise ConfigTypeError(f"ReaderStats.{name} must be a dict, got {value!r}")
+            object.__setattr__(self, name, FrozenDict.of(value))
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, float]) -> ReaderStats:
