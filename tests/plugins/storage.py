@@ -275,6 +275,12 @@ def _iso_time(seconds: float) -> str:
 
 
 class _QuietServer(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: with two workers' 16 threads connecting at
+    # once the kernel dropped SYNs, and their retransmissions (1 s, then 3 s later) arrived as
+    # if sent later (a CI run saw requests 2 s after a 429 sent before it). The Hub's front
+    # ends accept far more; so does nginx (511).
+    request_queue_size = 128
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients reset connections on purpose (an abandoned body); not worth a traceback.
         pass
