@@ -30,7 +30,7 @@ class FrozenDict(dict[_K, _V]):
         return made
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        """Nothing to do: :meth:`__new__` filled the dict (``dict.__init__`` would add keys)."""
 
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(f"{type(self).__name__} is read-only")

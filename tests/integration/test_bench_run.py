@@ -196,10 +196,8 @@ def test_ratios_and_rates_are_positive(bench_run: tuple[BenchReport, int]) -> No
     # left to the allocator, so its peak can equal its start (CI saw exactly 0.0). It must be
     # the figure the memory table reports, and never negative.
     growth = report.ratios["peak_rss_delta_over_budget"]
-    assert (
-        growth
-        == (memory["rss_peak_bytes"] - memory["rss_start_bytes"]) / (report.memory["byte_budget"])
-    )
+    grown = memory["rss_peak_bytes"] - memory["rss_start_bytes"]
+    assert growth == grown / report.memory["byte_budget"]
     assert growth >= 0
     for name, value in report.ratios.items():
         if name == "peak_rss_delta_over_budget":

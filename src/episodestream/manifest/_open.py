@@ -223,8 +223,7 @@ def _fetch_published(
     except NotFound:
         return False, "absent"
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
-    small = published_bytes is not None
-    reason = None if small else _published_header_mismatch(reader, size, expected)
+    reason = _published_header_mismatch(reader, size, expected)
     if reason is not None:
         return False, reason
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -235,9 +234,10 @@ def _fetch_published(
         with os.fdopen(fd, "wb") as handle:
             if published_bytes is not None:
                 handle.write(published_bytes)
-            for offset in range(0, 0 if small else size, _DOWNLOAD_PIECE_BYTES):
-                length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
-                handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
+            else:
+                for offset in range(0, size, _DOWNLOAD_PIECE_BYTES):
+                    length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
+                    handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
             handle.flush()
             os.fsync(handle.fileno())
         try:  # whole, readable and this dataset's before it becomes visible
@@ -392,8 +392,7 @@ def open_manifest(
         except NotFound:
             refused.append("published: absent")
         else:
-            big = published_bytes is None
-            reason = _published_header_mismatch(publisher, size, expected) if big else None
+            reason = _published_header_mismatch(publisher, size, expected)
             try:
                 if reason is not None:
                     raise ManifestError(reason)

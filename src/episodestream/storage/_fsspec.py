@@ -24,7 +24,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -50,7 +49,7 @@ from episodestream.storage._base import (
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Limits, Timeouts
 from episodestream.storage._httpbody import body_deadline_seconds
 from episodestream.storage._location import Location
-from episodestream.storage._runner import shut_down, tracked_pool
+from episodestream.storage._runner import TrackedPool, shut_down
 from episodestream.storage._urls import redact_url
 
 __all__ = ["FsspecRangeReader"]
@@ -127,7 +126,7 @@ class FsspecRangeReader(BaseRangeReader):
         self._fs: Any = None
         self._root = ""
         self._closed = False
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: TrackedPool | None = None
         self._counters: dict[str, int] = {"requests": 0, "bytes": 0, "reads": 0, "failures": 0}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -368,7 +367,7 @@ class FsspecRangeReader(BaseRangeReader):
             if self._closed:  # closed since _filesystem(): a pool made now would never shut
                 raise StorageError(f"{self!r} is closed")
             if self._executor is None:
-                self._executor = tracked_pool(self._max_concurrency, "episodestream-fsspec")
+                self._executor = TrackedPool(self._max_concurrency, "episodestream-fsspec")
             executor = self._executor
         futures = [
             executor.submit(fs.cat_file, fulls[i][1], start=requests[i].offset, end=requests[i].end)

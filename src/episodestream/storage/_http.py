@@ -28,7 +28,6 @@ import time
 import urllib.parse
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -91,7 +90,7 @@ from episodestream.storage._httprules import (
 )
 from episodestream.storage._ratelimit import MAX_QUOTA_WAITS
 from episodestream.storage._redirects import REDIRECT_HOSTS
-from episodestream.storage._runner import run_bounded, shut_down, tracked_pool
+from episodestream.storage._runner import TrackedPool, run_bounded, shut_down
 from episodestream.storage._transport import (
     Response,
     Transport,
@@ -228,7 +227,7 @@ class HttpRangeReader(BaseRangeReader):
         self._stop = threading.Event()
         self._closed = False
         self._headers_by_url: dict[str, dict[str, str]] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: TrackedPool | None = None
         self._metrics = Metrics()
         self._rng = random.Random(self._seed)
         log = FailureLog(self._failure_log)
@@ -524,12 +523,12 @@ class HttpRangeReader(BaseRangeReader):
             return self._fetch(state, offset, length)
         return b"".join(self._run_all([(state, s, n) for s, n in parts]))
 
-    def _pool_executor(self) -> ThreadPoolExecutor:
+    def _pool_executor(self) -> TrackedPool:
         with self._lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             if self._executor is None:
-                self._executor = tracked_pool(self._limits.max_concurrency, "episodestream-http")
+                self._executor = TrackedPool(self._limits.max_concurrency, "episodestream-http")
             return self._executor
 
     # ------------------------------------------------------------------------- transport

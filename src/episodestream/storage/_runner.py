@@ -15,14 +15,11 @@ from typing import Any, TypeVar
 
 from episodestream.errors import StorageTimeout
 
-__all__ = ["TrackedPool", "run_bounded", "shut_down", "tracked_pool"]
+__all__ = ["TrackedPool", "run_bounded", "shut_down"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-_warned_untracked = False
 
 
 def _record_worker(workers: set[threading.Thread]) -> None:
@@ -43,30 +40,16 @@ class TrackedPool(ThreadPoolExecutor):
             initargs=(self.workers,),
         )
 
-
-def tracked_pool(max_workers: int, thread_name_prefix: str) -> TrackedPool:
-    """The storage readers' worker pool: :class:`TrackedPool`."""
-    return TrackedPool(max_workers, thread_name_prefix)
-
-
-def _pool_threads(executor: ThreadPoolExecutor) -> list[threading.Thread]:
-    """The threads to join: those a :class:`TrackedPool` recorded, with CPython's own set
-    (``_threads``) where it exists — it also holds a thread started but not yet recording."""
-    global _warned_untracked
-    threads = set(getattr(executor, "workers", ()))
-    private = getattr(executor, "_threads", None)
-    if private is not None:
-        threads.update(private)
-    elif not isinstance(executor, TrackedPool) and not _warned_untracked:
-        _warned_untracked = True
-        logger.warning(
-            "%s keeps no thread set this code knows: its threads are not joined on close",
-            type(executor).__name__,
-        )
-    return sorted(threads, key=lambda thread: thread.name)
+    def threads(self) -> list[threading.Thread]:
+        """The threads to join, by name: those recorded, with CPython's own set (``_threads``)
+        where it exists, which also holds a thread started but not yet through the
+        initializer."""
+        threads = set(self.workers)
+        threads.update(getattr(self, "_threads", ()))
+        return sorted(threads, key=lambda thread: thread.name)
 
 
-def shut_down(executor: ThreadPoolExecutor, join_seconds: float, owner: str) -> list[str]:
+def shut_down(executor: TrackedPool, join_seconds: float, owner: str) -> list[str]:
     """Cancel ``executor``'s queued work and join its threads for at most ``join_seconds``
     in all; the names of threads still running then are logged (as a warning) and returned.
 
@@ -74,7 +57,7 @@ def shut_down(executor: ThreadPoolExecutor, join_seconds: float, owner: str) -> 
     finish on its own (pool threads do not keep the interpreter from exiting).
     """
     executor.shutdown(wait=False, cancel_futures=True)
-    threads = _pool_threads(executor)
+    threads = executor.threads()
     deadline = time.monotonic() + join_seconds
     for thread in threads:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
