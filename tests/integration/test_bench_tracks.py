@@ -5,6 +5,7 @@ dataset and its table and JSON fields agree with what can be counted independent
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import io
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from episodestream.bench import BenchReport
+from episodestream.bench import BenchReport, format_report
 from episodestream.bench._bench import _median
 from episodestream.bench._measure import Progress, process_figures
 from episodestream.bench._scaling import default_worker_counts
@@ -176,19 +177,44 @@ def test_worker_scaling_table(floor_run: tuple[BenchReport, str]) -> None:
         line for line in section.splitlines() if line.startswith("| ") and "---" not in line
     ]
     assert len(table_rows) == 1 + len(WORKERS)  # header + one row per worker count
-    base = rows[0]["samples_per_s"]
+    assert "| cores busy |" in table_rows[0]
+    assert scaling["rounds"] == ROUNDS and f"median of {ROUNDS} interleaved rounds" in section
+    base_rounds = rows[0]["round_samples_per_s"]
     for row in rows:
         n = row["workers"]
+        # each count ran in every round; the row is its median round
+        assert len(row["round_samples_per_s"]) == ROUNDS
+        assert row["samples_per_s"] == sorted(row["round_samples_per_s"])[(ROUNDS - 1) // 2]
+        paired = [r / b for r, b in zip(row["round_samples_per_s"], base_rounds, strict=True)]
+        assert row["round_speedups"] == pytest.approx(paired)
+        assert row["speedup"] == pytest.approx(float(np.median(paired)))
         assert row["worker_processes"] == n  # each worker was found and measured
         assert len(row["worker_rss_bytes"]) == len(row["worker_cpu_s"]) == n
         assert row["samples"] >= 40 and row["timed_samples"] > 0
         assert row["samples_per_s"] > 0 and row["cpu_ms_per_sample"] > 0
         assert all(cpu > 0 for cpu in row["worker_cpu_s"])  # the workers did the decoding
-        assert row["efficiency"] == pytest.approx(row["samples_per_s"] / (n * base))
+        assert row["efficiency"] == pytest.approx(float(np.median(paired)) / n)
+        assert row["cores_busy"] == pytest.approx(row["cpu_s"] / row["seconds"])
+        assert 0 < row["cores_busy"] <= 2 * (scaling["cpus"] + 1)  # /proc's ticks round up
         assert row["total_rss_bytes"] == row["parent_rss_bytes"] + sum(row["worker_rss_bytes"])
         assert 0 < row["worker_uss_mean_bytes"] <= row["worker_rss_mean_bytes"]
     assert rows[0]["efficiency"] == pytest.approx(1.0)
     assert scaling["image_dtype"] == "uint8"
+
+
+def test_scaling_table_says_when_one_worker_fills_more_than_a_core(
+    floor_run: tuple[BenchReport, str],
+) -> None:
+    report, _ = floor_run
+    data = copy.deepcopy(report.to_dict())
+    base = data["scaling"]["rows"][0]
+    cpus = data["scaling"]["cpus"]
+    base["cores_busy"] = 1.6  # decode threads beside the worker's own
+    text = format_report(BenchReport.from_dict(data))
+    assert "already kept 1.60 cores busy" in text
+    assert f"about {cpus / 1.6:.2f}x its samples/s" in text and "--decode-threads 0" in text
+    base["cores_busy"] = 1.05  # one worker, one core: nothing to explain
+    assert "cores busy (decode threads" not in format_report(BenchReport.from_dict(data))
 
 
 def test_default_worker_counts_reach_the_cores() -> None:

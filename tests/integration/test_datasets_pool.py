@@ -313,3 +313,58 @@ def test_image_transforms_run_in_decode_threads(
                 assert torch.equal(sample[camera], expected[camera].flip(-1))
         iterator.close()
     assert threads and all(name.startswith("episodestream-pool") for name in threads), threads
+
+
+def _threads_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs in the DataLoader worker: the batch plus the names of the worker's threads."""
+    batch = torch.utils.data.default_collate(samples)
+    batch["threads"] = sorted(t.name for t in threading.enumerate())
+    return batch
+
+
+def test_inline_decoding_keeps_samples_and_starts_no_decode_thread(
+    synthetic_av1: Path, datasets_cache_dir: Path
+) -> None:
+    """decode_threads=0 (one core per DataLoader worker, as the scaling benchmark runs it)
+    decodes in the iterating thread: the same samples, in the same order, and no decode
+    thread, in process and in each worker."""
+    deltas = {"observation.images.cam_high": [-2 / 30, 0.0], "action": [0.0, 3 / 30]}
+    before = _episode_threads()
+    with (
+        _pool(
+            synthetic_av1, datasets_cache_dir, delta_timestamps=deltas, decode_threads=0
+        ) as inline,
+        _pool(synthetic_av1, datasets_cache_dir, delta_timestamps=deltas) as threaded,
+        EpisodeStreamDataset(
+            synthetic_av1, delta_timestamps=deltas, cache_dir=datasets_cache_dir
+        ) as reference,
+    ):
+        inline.set_epoch(1)
+        threaded.set_epoch(1)
+        iterator = iter(inline)
+        first = next(iterator)
+        started = sorted(t.name for t in _episode_threads() - before)
+        assert any("fetch" in name for name in started), started
+        assert not [name for name in started if "pool" in name], started
+        samples = [first, *iterator]
+        assert [int(s["index"]) for s in samples] == [int(s["index"]) for s in threaded]
+        assert sorted(int(s["index"]) for s in samples) == list(range(TOTAL_FRAMES))
+        for sample in samples:
+            expected = reference[int(sample["index"])]
+            assert set(sample) == set(expected)
+            for key, value in expected.items():
+                if isinstance(value, torch.Tensor):
+                    assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
+                else:
+                    assert value == sample[key], key
+        seen = []
+        loader = DataLoader(inline, batch_size=4, num_workers=2, collate_fn=_threads_collate)
+        for batch in loader:
+            assert not [n for n in batch["threads"] if n.startswith("episodestream-pool")]
+            assert any(n.startswith("episodestream-fetch") for n in batch["threads"])
+            for row, index in enumerate(batch["index"].tolist()):
+                expected = reference[index]
+                for camera in ("observation.images.cam_high", "observation.images.cam_left_wrist"):
+                    assert torch.equal(batch[camera][row], expected[camera]), (index, camera)
+                seen.append(index)
+        assert sorted(seen) == list(range(TOTAL_FRAMES))

@@ -327,3 +327,31 @@ def test_closing_a_window_iteration_midway_stops_every_thread(
     iterator.close()
     dataset.close()
     assert ours() - before == set()
+
+
+def _threads_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs in the DataLoader worker: the samples as they came, plus the worker's threads."""
+    return {"samples": samples, "threads": sorted(t.name for t in threading.enumerate())}
+
+
+def test_inline_decoding_in_workers_keeps_lerobot_samples(
+    lerobot_fixture_root: Path, lerobot_reference: LeRobotReference, datasets_cache_dir: Path
+) -> None:
+    """decode_threads=0 decodes each window in the worker's own thread (one core per worker):
+    every frame once, samples bit-identical to LeRobot's, and no decode thread in a worker."""
+    with _windows(
+        lerobot_fixture_root,
+        datasets_cache_dir,
+        delta_timestamps=lerobot_reference.delta_timestamps,
+        decode_threads=0,
+    ) as dataset:
+        loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=_threads_collate)
+        samples: dict[int, dict[str, Any]] = {}
+        indices: list[int] = []
+        for batch in loader:
+            assert not [n for n in batch["threads"] if n.startswith("episodestream-pool")]
+            indices += [int(s["index"]) for s in batch["samples"]]
+            samples.update({int(s["index"]): s for s in batch["samples"]})
+    assert sorted(indices) == list(range(TOTAL_FRAMES))
+    compared = _assert_reference(samples, lerobot_reference.samples_delta, uint8=False)
+    assert compared == len(lerobot_reference.samples_delta["request_index"])

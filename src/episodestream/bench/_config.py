@@ -75,7 +75,8 @@ class BenchConfig:
             an OpenMP region that spins against the decode threads. ``None``: torch's default.
         rounds: STREAM, LOCAL, FLOOR and LEROBOT run this many times, interleaved (the order
             rotates each round); each reports its median round (shared machines are noisy; every
-            round is kept in the JSON).
+            round is kept in the JSON). The scaling run's worker counts too, apart from the
+            tracks: its efficiency is the median of each round's side-by-side ratio.
         episodes: only these episodes (ids) are sampled; ``num_episodes``: only the first
             ``num_episodes`` of the dataset. ``None``: every episode.
         range_backend: ``"native"`` (our HTTP reader) or ``"fsspec"`` (fsspec's HTTP filesystem

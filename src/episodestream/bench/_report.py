@@ -391,6 +391,7 @@ def _scaling(report: BenchReport) -> str:
             fmt(r["speedup"], 2),
             fmt(r["efficiency"], 3),
             fmt(r["cpu_ms_per_sample"], 2),
+            fmt(r["cores_busy"], 2),
             mib(r["worker_rss_mean_bytes"]),
             mib(r["worker_uss_mean_bytes"]),
             mib(r["parent_rss_bytes"]),
@@ -408,6 +409,7 @@ def _scaling(report: BenchReport) -> str:
             "speed-up",
             "efficiency",
             "CPU ms per sample (all processes)",
+            "cores busy",
             "RSS per worker MiB",
             "USS per worker MiB",
             "parent RSS MiB",
@@ -422,8 +424,34 @@ def _scaling(report: BenchReport) -> str:
         + f"{scaling['batch_size']}, {scaling['image_dtype']} images, "
         + f"{scaling['decode_threads_per_worker']} decode threads per worker, "
         + f"{scaling['cpus']} cores; efficiency = samples/s(N) / (N x samples/s("
-        + f"{scaling['baseline_workers']}) / {scaling['baseline_workers']}). Worker RSS counts "
-        + "pages shared with the parent (fork); USS only the worker's own."
+        + f"{scaling['baseline_workers']}) / {scaling['baseline_workers']})"
+        + _scaling_rounds(scaling)
+        + ". Worker RSS counts pages shared with the parent (fork); USS only the worker's own."
+        + _scaling_bound(scaling)
+    )
+
+
+def _scaling_rounds(scaling: dict[str, Any]) -> str:
+    rounds = scaling["rounds"]
+    if rounds <= 1:
+        return ""
+    return (
+        f", the median of {rounds} interleaved rounds' ratios (speed-up too); each row is its "
+        + "median round"
+    )
+
+
+def _scaling_bound(scaling: dict[str, Any]) -> str:
+    """Why efficiency stops short of N when the baseline already keeps over a core busy."""
+    base = next(r for r in scaling["rows"] if r["workers"] == scaling["baseline_workers"])
+    busy = base["cores_busy"]
+    if not busy or busy <= 1.1 * base["workers"]:
+        return ""
+    return (
+        f" {base['workers']} worker(s) already kept {busy:.2f} cores busy (decode threads "
+        + f"beside each worker's own): on {scaling['cpus']} cores no row can exceed about "
+        + f"{scaling['cpus'] / busy:.2f}x its samples/s; `--decode-threads 0` makes one worker "
+        + "one core."
     )
 
 

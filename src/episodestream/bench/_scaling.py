@@ -2,8 +2,12 @@
 
 For each N: samples/s, CPU per sample of every process (the parent and its workers, from
 ``/proc``), RSS and USS per worker and in all. Efficiency is samples/s(N) / (N x samples/s(1)):
-1.0 when the workers scale perfectly. Timing starts at the first batch, so worker start-up
-(fork, decoder libraries, first fetches) is excluded and reported as time to first batch.
+1.0 when the workers scale perfectly; with several rounds, the median of each round's ratio.
+Cores busy (CPU seconds of every process over the wall seconds) says how far that can go: with
+``decode_threads=0`` a worker decodes in its own thread and keeps one core busy; with decode
+threads, one worker may already fill the machine. Timing starts at the first batch, so worker
+start-up (fork, decoder libraries, first fetches) is excluded and reported as time to first
+batch.
 """
 
 from __future__ import annotations
@@ -118,6 +122,9 @@ def run_workers(config: BenchConfig, ds: BenchDataset, workers: int) -> dict[str
         "samples_per_s": timed / seconds if seconds > 0 else 0.0,
         "steady_samples_per_s": steady_rate(per_sample),
         "cpu_s": cpu_s,
+        # a worker that decodes on threads of its own keeps more than one core busy, and
+        # N of them can then scale by at most cores / (its cores), not by N
+        "cores_busy": cpu_s / seconds if seconds > 0 else None,
         "parent_cpu_s": parent_cpu_s,
         "worker_cpu_s": worker_cpu,
         "cpu_ms_per_sample": 1000.0 * cpu_s / timed if timed else None,
@@ -135,20 +142,35 @@ def run_workers(config: BenchConfig, ds: BenchDataset, workers: int) -> dict[str
 
 
 def run_scaling(config: BenchConfig, ds: BenchDataset) -> dict[str, Any]:
-    """Every worker count of ``config.num_workers``, with the efficiency against the fewest
-    workers run (one worker when 1 is in the list)."""
-    rows = [run_workers(config, ds, n) for n in config.num_workers]
-    base = min(rows, key=lambda r: r["workers"])
-    base_per_worker = base["samples_per_s"] / base["workers"] if base["workers"] else 0.0
-    for row in rows:
-        ideal = row["workers"] * base_per_worker
-        row["efficiency"] = row["samples_per_s"] / ideal if ideal > 0 else None
-        row["speedup"] = (
-            row["samples_per_s"] / base["samples_per_s"] if base["samples_per_s"] else None
-        )
+    """Every worker count of ``config.num_workers`` in ``config.rounds`` interleaved rounds
+    (the order rotated a step per round), each count reported by its median round. Speed-up
+    and efficiency against the fewest workers run (one worker when 1 is in the list) are the
+    medians of each round's ratios: counts run side by side meet the same drift."""
+    counts = list(config.num_workers)
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for round_number in range(config.rounds):
+        shift = round_number % len(counts)
+        for n in counts[shift:] + counts[:shift]:
+            runs[n].append(run_workers(config, ds, n))
+    base_workers = min(counts)
+    rows = []
+    for n in counts:
+        ordered = sorted(runs[n], key=lambda r: r["samples_per_s"])
+        row = dict(ordered[(len(ordered) - 1) // 2])  # the lower middle of an even count
+        speedups = [
+            r["samples_per_s"] / b["samples_per_s"]
+            for r, b in zip(runs[n], runs[base_workers], strict=True)
+            if b["samples_per_s"] > 0
+        ]
+        row["round_samples_per_s"] = [r["samples_per_s"] for r in runs[n]]
+        row["round_speedups"] = speedups
+        row["speedup"] = float(np.median(speedups)) if speedups else None
+        row["efficiency"] = row["speedup"] * base_workers / n if speedups else None
+        rows.append(row)
     return {
         "rows": rows,
-        "baseline_workers": base["workers"],
+        "rounds": config.rounds,
+        "baseline_workers": base_workers,
         "cpus": len(os.sched_getaffinity(0)),
         "image_dtype": config.image_dtype,
         "batch_size": config.batch_size,

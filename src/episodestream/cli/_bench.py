@@ -98,8 +98,9 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
         "--rounds",
         type=int_at_least(1),
         default=1,
-        help="rounds of STREAM, LOCAL, FLOOR and LEROBOT, interleaved (order rotated each "
-        "round); each reports its median round (noisy machines: use 3 or 5)",
+        help="rounds of STREAM, LOCAL, FLOOR and LEROBOT, and of each --num-workers count, "
+        "interleaved (order rotated each round); each reports its median round (noisy "
+        "machines: use 3 or 5)",
     )
     run.add_argument("--cache-dir", default=None, help="sidecar index cache folder")
     run.add_argument("--work-dir", default=None, help="folder for downloads (default: temp)")

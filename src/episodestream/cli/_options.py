@@ -80,7 +80,8 @@ def add_decoder_options(
         "--decode-threads",
         type=int_at_least(0),
         default=threads_default,
-        help="samples decoded concurrently",
+        help="decode threads per process (each DataLoader worker); 0: decode in the "
+        "iterating thread, one core per worker",
     )
 
 

@@ -203,7 +203,8 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
     then DataLoader workers, balanced by frames; ``byte_budget`` is per rank and is split
     between its workers. Each worker keeps ``pool_size`` episodes resident, draws uniformly
     over the frames left in its pool, prefetches the next ``prefetch_episodes`` entries, and
-    decodes on ``decode_threads`` threads (image transforms run there too). Samples equal
+    decodes on ``decode_threads`` threads (image transforms run there too; 0: in the iterating
+    thread, one core per DataLoader worker, for as many workers as cores). Samples equal
     :class:`EpisodeStreamDataset`'s for the same (episode, frame).
 
     Resume: ``state_dict(samples_consumed=..., num_workers=..., batch_size=...)`` then, in a new
