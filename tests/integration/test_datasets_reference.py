@@ -138,3 +138,31 @@ def test_selected_episodes_reindex_but_keep_the_sample(
                 assert np.array_equal(sample[camera].numpy(), reference[camera][row])
             checked += 1
         assert checked >= 4
+
+
+@pytest.mark.parametrize("deltas", [False, True], ids=["plain", "delta_timestamps"])
+def test_a_sample_changed_in_place_leaves_the_next_one_alone(
+    lerobot_fixture_root: Path,
+    lerobot_reference: LeRobotReference,
+    datasets_cache_dir: Path,
+    deltas: bool,
+) -> None:
+    """Numeric values are copies of the cached Parquet rows: a training step that edits a
+    sample's tensors in place (normalisation, noise) must not change later samples."""
+    reference = lerobot_reference.samples_delta if deltas else lerobot_reference.samples
+    with EpisodeStreamDataset(
+        lerobot_fixture_root,
+        delta_timestamps=lerobot_reference.delta_timestamps if deltas else None,
+        image_dtype="uint8",
+        cache_dir=datasets_cache_dir,
+    ) as dataset:
+        index = int(reference["request_index"][0])
+        numeric = [k for k, v in dataset[index].items() if isinstance(v, torch.Tensor)]
+        numeric = [k for k in numeric if not k.startswith(IMAGE_PREFIX)]
+        assert {"action", "observation.state", "timestamp", "index"} <= set(numeric)
+        for _ in range(2):
+            sample = dataset[index]
+            for key in numeric:
+                value = sample[key]
+                value.logical_not_() if value.dtype == torch.bool else value.add_(1)
+        assert_matches_reference(dataset, reference, image_dtype="uint8")
