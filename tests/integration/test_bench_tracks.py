@@ -12,12 +12,14 @@ import json
 import logging
 import os
 import time
+import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from episodestream.bench import BenchReport, format_report
+from episodestream.bench import BenchReport, _scaling, format_report
 from episodestream.bench._bench import _median
 from episodestream.bench._measure import Progress, process_figures
 from episodestream.bench._scaling import default_worker_counts
@@ -193,7 +195,8 @@ def test_worker_scaling_table(floor_run: tuple[BenchReport, str]) -> None:
         assert row["samples"] >= 40 and row["timed_samples"] > 0
         assert row["samples_per_s"] > 0 and row["cpu_ms_per_sample"] > 0
         assert all(cpu > 0 for cpu in row["worker_cpu_s"])  # the workers did the decoding
-        assert row["efficiency"] == pytest.approx(float(np.median(paired)) / n)
+        base_workers = rows[0]["workers"]
+        assert row["efficiency"] == pytest.approx(float(np.median(paired)) * base_workers / n)
         assert row["cores_busy"] == pytest.approx(row["cpu_s"] / row["seconds"])
         assert 0 < row["cores_busy"] <= 2 * (scaling["cpus"] + 1)  # /proc's ticks round up
         assert row["total_rss_bytes"] == row["parent_rss_bytes"] + sum(row["worker_rss_bytes"])
@@ -209,12 +212,50 @@ def test_scaling_table_says_when_one_worker_fills_more_than_a_core(
     data = copy.deepcopy(report.to_dict())
     base = data["scaling"]["rows"][0]
     cpus = data["scaling"]["cpus"]
+    assert data["scaling"]["decode_threads_per_worker"] > 0
     base["cores_busy"] = 1.6  # decode threads beside the worker's own
     text = format_report(BenchReport.from_dict(data))
     assert "already kept 1.60 cores busy" in text
     assert f"about {cpus / 1.6:.2f}x its samples/s" in text and "--decode-threads 0" in text
+    data["scaling"]["decode_threads_per_worker"] = 0  # inline already: no advice to go inline
+    text = format_report(BenchReport.from_dict(data))
+    assert "already kept 1.60 cores busy" in text and "--decode-threads 0" not in text
     base["cores_busy"] = 1.05  # one worker, one core: nothing to explain
-    assert "cores busy (decode threads" not in format_report(BenchReport.from_dict(data))
+    assert "already kept" not in format_report(BenchReport.from_dict(data))
+    # a report written before rows had cores busy and rounds still renders
+    for row in data["scaling"]["rows"]:
+        del row["cores_busy"]
+    del data["scaling"]["rounds"]
+    text = format_report(BenchReport.from_dict(data))
+    assert "already kept" not in text and "interleaved rounds' ratios" not in text
+    assert "| cores busy |" in text
+
+
+def test_scaling_rounds_rotate_and_pair_each_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counts run in every round, the order rotated a step per round; each row is its median
+    round (the lower middle of an even count) and speed-up the median of the paired ratios;
+    a round whose baseline timed nothing has no ratio."""
+    rates = {1: [10.0, 0.0, 12.0, 11.0], 2: [19.0, 30.0, 18.0, 23.0]}
+    calls: list[int] = []
+
+    def fake_run_workers(config: Any, ds: Any, workers: int) -> dict[str, Any]:
+        calls.append(workers)
+        rate = rates[workers][sum(1 for c in calls if c == workers) - 1]
+        return {"workers": workers, "samples_per_s": rate, "cpu_s": 1.0, "seconds": 1.0}
+
+    monkeypatch.setattr(_scaling, "run_workers", fake_run_workers)
+    config = types.SimpleNamespace(
+        num_workers=(1, 2), rounds=4, image_dtype="uint8", batch_size=4, decode_threads=0
+    )
+    scaling = _scaling.run_scaling(config, None)
+    assert calls == [1, 2, 2, 1, 1, 2, 2, 1]
+    one, two = scaling["rows"]
+    assert scaling["rounds"] == 4 and scaling["baseline_workers"] == 1
+    assert one["samples_per_s"] == 10.0 and two["samples_per_s"] == 19.0  # lower middles
+    assert two["round_speedups"] == [1.9, None, 1.5, pytest.approx(23 / 11)]
+    assert two["speedup"] == pytest.approx(1.9)  # median of the three known ratios
+    assert two["efficiency"] == pytest.approx(0.95)
+    assert one["round_speedups"] == [1.0, None, 1.0, 1.0] and one["efficiency"] == 1.0
 
 
 def test_default_worker_counts_reach_the_cores() -> None:

@@ -148,7 +148,8 @@ def test_a_sample_changed_in_place_leaves_the_next_one_alone(
     deltas: bool,
 ) -> None:
     """Numeric values are copies of the cached Parquet rows: a training step that edits a
-    sample's tensors in place (normalisation, noise) must not change later samples."""
+    sample's tensors in place (normalisation, noise) must not change later samples. The plain
+    case is the one that can alias (a row of a 2-D column is a view; delta queries gather)."""
     reference = lerobot_reference.samples_delta if deltas else lerobot_reference.samples
     with EpisodeStreamDataset(
         lerobot_fixture_root,

@@ -391,7 +391,7 @@ def _scaling(report: BenchReport) -> str:
             fmt(r["speedup"], 2),
             fmt(r["efficiency"], 3),
             fmt(r["cpu_ms_per_sample"], 2),
-            fmt(r["cores_busy"], 2),
+            fmt(r.get("cores_busy"), 2),  # absent from reports written before it
             mib(r["worker_rss_mean_bytes"]),
             mib(r["worker_uss_mean_bytes"]),
             mib(r["parent_rss_bytes"]),
@@ -432,27 +432,30 @@ def _scaling(report: BenchReport) -> str:
 
 
 def _scaling_rounds(scaling: dict[str, Any]) -> str:
-    rounds = scaling["rounds"]
+    rounds = scaling.get("rounds", 1)  # absent from reports written before it
     if rounds <= 1:
         return ""
     return (
-        f", the median of {rounds} interleaved rounds' ratios (speed-up too); each row is its "
-        + "median round"
+        f", the median of {rounds} interleaved rounds' ratios (speed-up too, so it need not "
+        + "equal the ratio of two rows' samples/s); each row is its median round"
     )
 
 
 def _scaling_bound(scaling: dict[str, Any]) -> str:
     """Why efficiency stops short of N when the baseline already keeps over a core busy."""
     base = next(r for r in scaling["rows"] if r["workers"] == scaling["baseline_workers"])
-    busy = base["cores_busy"]
+    busy = base.get("cores_busy")
     if not busy or busy <= 1.1 * base["workers"]:
         return ""
-    return (
-        f" {base['workers']} worker(s) already kept {busy:.2f} cores busy (decode threads "
-        + f"beside each worker's own): on {scaling['cpus']} cores no row can exceed about "
-        + f"{scaling['cpus'] / busy:.2f}x its samples/s; `--decode-threads 0` makes one worker "
-        + "one core."
+    text = (
+        f" {base['workers']} worker(s) already kept {busy:.2f} cores busy (the parent included): "
+        + f"on {scaling['cpus']} cores no row can exceed about {scaling['cpus'] / busy:.2f}x "
+        + "its samples/s."
     )
+    if scaling["decode_threads_per_worker"] > 0:
+        text += " Each worker decodes on threads beside its own; `--decode-threads 0` makes one "
+        text += "worker one core."
+    return text
 
 
 def _index_scope(d: dict[str, Any]) -> str:

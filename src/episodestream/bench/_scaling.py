@@ -157,15 +157,16 @@ def run_scaling(config: BenchConfig, ds: BenchDataset) -> dict[str, Any]:
     for n in counts:
         ordered = sorted(runs[n], key=lambda r: r["samples_per_s"])
         row = dict(ordered[(len(ordered) - 1) // 2])  # the lower middle of an even count
+        # a round whose baseline timed nothing has no ratio (None keeps rounds aligned)
         speedups = [
-            r["samples_per_s"] / b["samples_per_s"]
+            r["samples_per_s"] / b["samples_per_s"] if b["samples_per_s"] > 0 else None
             for r, b in zip(runs[n], runs[base_workers], strict=True)
-            if b["samples_per_s"] > 0
         ]
+        known = [x for x in speedups if x is not None]
         row["round_samples_per_s"] = [r["samples_per_s"] for r in runs[n]]
         row["round_speedups"] = speedups
-        row["speedup"] = float(np.median(speedups)) if speedups else None
-        row["efficiency"] = row["speedup"] * base_workers / n if speedups else None
+        row["speedup"] = float(np.median(known)) if known else None
+        row["efficiency"] = row["speedup"] * base_workers / n if known else None
         rows.append(row)
     return {
         "rows": rows,

@@ -35,6 +35,7 @@ from episodestream.bench._remote_decoder import RemoteFileDecoder
 from episodestream.bench._sequence import BenchDataset, indexed_episodes
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
 from episodestream.datasets import EpisodePoolDataset
+from episodestream.datasets._samples import row_tensor
 from episodestream.decode import (
     DecodeExecutor,
     Decoder,
@@ -657,7 +658,7 @@ def _numeric(rows: dict[str, np.ndarray], frame: int, dtypes: dict[str, Any]) ->
         dtype = dtypes.get(key)
         value = column[frame]
         if isinstance(dtype, torch.dtype):
-            sample[key] = torch.as_tensor(np.asarray(value)).to(dtype).clone()
+            sample[key] = row_tensor(value, dtype)  # as the datasets build them
         else:
             sample[key] = value.tolist() if isinstance(value, np.ndarray) else value
     return sample

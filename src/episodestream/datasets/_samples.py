@@ -42,6 +42,10 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
     "bool": torch.bool,
 }
+#: the numpy twin of each: a row already of it is copied, not converted
+_NUMPY_TWINS: dict[torch.dtype, np.dtype] = {
+    dtype: np.dtype(name) for name, dtype in _TORCH_DTYPES.items()
+}
 DEFAULT_ROWS_EPISODES = 32
 #: bound on waiting for rows another thread is reading (the reader has its own timeouts)
 _ROWS_WAIT_TIMEOUT_S = 300.0
@@ -150,12 +154,6 @@ class SampleBuilder:
             for key in self.data_keys
             if features[key].kind == "numeric"
         }
-        # the numpy twin of each declared dtype: a row already of it is copied, not converted
-        self._numpy_dtypes = {
-            key: np.dtype(features[key].dtype)
-            for key, dtype in self._dtypes.items()
-            if dtype is not None
-        }
         table = meta.episodes
         self._from_ts = {key: table.video(key).from_timestamp for key in self.video_keys}
         self._tasks = meta.tasks
@@ -208,8 +206,14 @@ class SampleBuilder:
         dtype = self._dtypes.get(key)
         if dtype is None:  # string features stay Python strings
             return value.tolist() if isinstance(value, np.ndarray) else value
-        array = np.asarray(value)
-        if array.dtype == self._numpy_dtypes[key]:
-            # the same values and dtype as the conversion below, at a fifth of its cost
-            return torch.from_numpy(array.copy())
-        return torch.as_tensor(array).to(dtype).clone()
+        return row_tensor(value, dtype)
+
+
+def row_tensor(value: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A Parquet row's ``value`` as a tensor of ``dtype`` that owns its memory (a training step
+    may edit it in place; the cached rows must not change)."""
+    array = np.asarray(value)
+    if array.dtype == _NUMPY_TWINS.get(dtype):
+        # the same values and dtype as the conversion below, at a fifth of its cost
+        return torch.from_numpy(array.copy())
+    return torch.as_tensor(array).to(dtype).clone()
