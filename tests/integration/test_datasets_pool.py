@@ -202,6 +202,16 @@ def test_mismatched_resume_is_refused_naming_the_field(
         pool.state_dict(samples_consumed=TOTAL_FRAMES + 5, num_workers=2, batch_size=5)
 
 
+def _assert_same_sample(sample: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Every key, dtype and value of ``expected`` (a map-style sample) in ``sample``."""
+    assert set(sample) == set(expected)
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
+        else:
+            assert value == sample[key], key
+
+
 def test_pool_samples_equal_map_dataset_samples(
     synthetic_av1: Path, datasets_cache_dir: Path
 ) -> None:
@@ -216,13 +226,7 @@ def test_pool_samples_equal_map_dataset_samples(
         for sample in pool:
             if count == 48:  # enough to cross several pool entries and exits
                 break
-            expected = reference[int(sample["index"])]
-            assert set(sample) == set(expected)
-            for key, value in expected.items():
-                if isinstance(value, torch.Tensor):
-                    assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
-                else:
-                    assert value == sample[key], key
+            _assert_same_sample(sample, reference[int(sample["index"])])
             count += 1
     assert count == 48
 
@@ -350,13 +354,7 @@ def test_inline_decoding_keeps_samples_and_starts_no_decode_thread(
         assert [int(s["index"]) for s in samples] == [int(s["index"]) for s in threaded]
         assert sorted(int(s["index"]) for s in samples) == list(range(TOTAL_FRAMES))
         for sample in samples:
-            expected = reference[int(sample["index"])]
-            assert set(sample) == set(expected)
-            for key, value in expected.items():
-                if isinstance(value, torch.Tensor):
-                    assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
-                else:
-                    assert value == sample[key], key
+            _assert_same_sample(sample, reference[int(sample["index"])])
         seen = []
         loader = DataLoader(inline, batch_size=4, num_workers=2, collate_fn=_threads_collate)
         for batch in loader:
