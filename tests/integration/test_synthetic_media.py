@@ -5,23 +5,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import struct
 import subprocess
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
+import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
+from episodestream.errors import DatasetFormatError
 from episodestream.synthetic import (
     DEMO_SPEC,
     SyntheticSpec,
     read_frame_camera,
     read_frame_identity,
 )
+from episodestream.synthetic._synthetic_video import encode_camera_file
 from tests.plugins.synthetic import (
     SYNTHETIC_AV1_SPEC,
     SYNTHETIC_H264_SPEC,
@@ -162,3 +167,77 @@ def test_every_frame_carries_its_identity(fixture: str, request: pytest.FixtureR
                 assert read_frame_camera(image) == camera
                 checked += 1
     assert checked == len(spec.cameras) * int(spec.episode_lengths().sum())
+
+
+class _RefusingContainer:
+    """A real output container whose muxer refuses the third packet the encoder's flush gives,
+    while ``refusals[0]`` allows, with the EINVAL seen once in CI."""
+
+    def __init__(self, container: Any, refusals: list[int]) -> None:
+        self._container = container
+        self._refusals = refusals
+        self._flushing = False
+        self._flushed = 0
+
+    def __enter__(self) -> _RefusingContainer:
+        self._container.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._container.__exit__(*exc)
+
+    def add_stream(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._container.add_stream(*args, **kwargs)
+        outer = self
+
+        class _Stream:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(stream, name)
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                setattr(stream, name, value)
+
+            def encode(self, frame: Any = None) -> Any:
+                outer._flushing = frame is None
+                return stream.encode(frame)
+
+        return _Stream()
+
+    def mux(self, packet: Any) -> None:
+        self._flushed += self._flushing
+        if self._flushed == 3 and self._refusals[0] > 0:
+            self._refusals[0] -= 1
+            raise av.error.ArgumentError(22, "Invalid argument", "test.mp4")
+        self._container.mux(packet)
+
+
+@pytest.mark.parametrize("refusals", [1, 2])
+def test_a_refused_packet_rewrites_the_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, refusals: int
+) -> None:
+    real_open = av.open
+    left = [refusals]
+    monkeypatch.setattr(av, "open", lambda *a, **k: _RefusingContainer(real_open(*a, **k), left))
+    path = tmp_path / "file-000.mp4"
+    episodes = [(0, 9), (1, 7)]
+    arguments = dict(
+        codec="av1", moov="end", width=64, height=48, fps=30, camera=0, episodes=episodes
+    )
+    if refusals == 2:  # refused again on the second writing: a typed error naming the packet
+        with pytest.raises(DatasetFormatError, match=r"file-000\.mp4 with libsvtav1: .*refused"):
+            encode_camera_file(path, **arguments)
+        return
+    with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
+        histograms = encode_camera_file(path, **arguments)
+    assert left == [0] and sorted(histograms) == [0, 1]
+    warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
+    assert len(warnings) == 1 and "refused after pts" in warnings[0]
+    # the second writing is whole: every frame decodes and carries its identity
+    decoder = VideoDecoder(str(path))
+    assert len(decoder) == 16
+    assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
+        (0, 0),
+        (0, 8),
+        (1, 0),
+        (1, 6),
+    ]

@@ -185,6 +185,14 @@ def _write_planes(frame: object, planes: Sequence[np.ndarray]) -> None:
         plane.update(np.ascontiguousarray(data))
 
 
+#: tries at writing one file: the muxer has, rarely, refused a packet under load
+_ENCODE_ATTEMPTS = 2
+
+
+class _MuxRefused(Exception):
+    """The muxer refused a packet; the message says which, after which."""
+
+
 def encode_camera_file(
     path: Path,
     *,
@@ -222,38 +230,68 @@ def encode_camera_file(
         if content == "texture"
         else _FramePainter(width, height, camera)
     )
-    histograms: dict[int, np.ndarray] = {}
     container_options = {"movflags": "faststart"} if moov == "start" else {}
     time_base = Fraction(1, fps)
-    try:
-        with av.open(str(path), mode="w", format="mp4", options=container_options) as container:
-            stream = container.add_stream(
-                settings.encoder, rate=fps, options=dict(settings.options)
+    name = label or path
+    # (pts, dts) of the last packet muxed: a refused packet is reported with the one before
+    muxed: list[tuple[int | None, int | None]] = []
+
+    def mux(container: av.container.OutputContainer, packet: av.Packet) -> None:
+        try:
+            container.mux(packet)
+        except av.FFmpegError as error:
+            before = "pts {} dts {}".format(*muxed[-1]) if muxed else "none"
+            raise _MuxRefused(
+                f"{error}; packet pts {packet.pts} dts {packet.dts} ({packet.size} bytes) "
+                f"refused after {before}"
+            ) from error
+        muxed[:] = [(packet.pts, packet.dts)]
+
+    for attempt in range(1, _ENCODE_ATTEMPTS + 1):
+        muxed.clear()
+        histograms: dict[int, np.ndarray] = {}
+        pts = 0
+        try:
+            with av.open(str(path), mode="w", format="mp4", options=container_options) as container:
+                stream = container.add_stream(
+                    settings.encoder, rate=fps, options=dict(settings.options)
+                )
+                stream.width = width
+                stream.height = height
+                stream.pix_fmt = "yuv420p"
+                stream.codec_context.color_range = 1  # limited ("tv"), as LeRobot's files say
+                for episode, length in episodes:
+                    hist = np.zeros((3, 256), dtype=np.int64)
+                    for frame_index in range(length):
+                        y, u, v = painter.planes(episode, frame_index)
+                        hist += _rgb_histogram(y, u, v)
+                        frame = av.VideoFrame(width, height, "yuv420p")
+                        _write_planes(frame, (y, u, v))
+                        frame.color_range = 1
+                        frame.pts = pts
+                        frame.time_base = time_base
+                        pts += 1
+                        for packet in stream.encode(frame):
+                            mux(container, packet)
+                    histograms[episode] = hist
+                for packet in stream.encode(None):
+                    mux(container, packet)
+            break
+        except (av.FFmpegError, _MuxRefused) as error:
+            # Once in about ten CI runs, under load, the muxer refused one of SVT-AV1's
+            # packets (EINVAL) and never again in 300 runs here: the file is written again
+            # from the start, and a second refusal is an error
+            if attempt == _ENCODE_ATTEMPTS:
+                raise DatasetFormatError(
+                    f"could not encode {name} with {settings.encoder}: {error}"
+                ) from error
+            logger.warning(
+                "encoding %s with %s failed (%s); writing it again", name, settings.encoder, error
             )
-            stream.width = width
-            stream.height = height
-            stream.pix_fmt = "yuv420p"
-            stream.codec_context.color_range = 1  # limited ("tv"), as LeRobot's files say
-            pts = 0
-            for episode, length in episodes:
-                hist = np.zeros((3, 256), dtype=np.int64)
-                for frame_index in range(length):
-                    y, u, v = painter.planes(episode, frame_index)
-                    hist += _rgb_histogram(y, u, v)
-                    frame = av.VideoFrame(width, height, "yuv420p")
-                    _write_planes(frame, (y, u, v))
-                    frame.color_range = 1
-                    frame.pts = pts
-                    frame.time_base = time_base
-                    pts += 1
-                    for packet in stream.encode(frame):
-                        container.mux(packet)
-                histograms[episode] = hist
-            for packet in stream.encode(None):
-                container.mux(packet)
-    except (av.FFmpegError, OSError) as error:
-        raise DatasetFormatError(
-            f"could not encode {label or path} with {settings.encoder}: {error}"
-        ) from error
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            raise DatasetFormatError(
+                f"could not encode {name} with {settings.encoder}: {error}"
+            ) from error
     logger.debug("encoded %s: %d frames, %s", path, pts, settings.encoder)
     return histograms
