@@ -8,7 +8,8 @@ import json
 import logging
 import struct
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from episodestream.synthetic import (
     read_frame_camera,
     read_frame_identity,
 )
+from episodestream.synthetic import _synthetic_video as synthetic_video
 from episodestream.synthetic._synthetic_video import encode_camera_file
 from tests.plugins.synthetic import (
     SYNTHETIC_AV1_SPEC,
@@ -169,17 +171,22 @@ def test_every_frame_carries_its_identity(fixture: str, request: pytest.FixtureR
     assert checked == len(spec.cameras) * int(spec.episode_lengths().sum())
 
 
-class _RefusingContainer:
-    """A real output container whose muxer refuses the third packet the encoder's flush gives,
-    while ``refusals[0]`` allows, with the EINVAL seen once in CI."""
+class _HookedContainer:
+    """A real output container that calls ``on_encode(frame)`` before each frame (None: the
+    flush) reaches the encoder and ``on_mux(flushing)`` before each packet reaches the muxer."""
 
-    def __init__(self, container: Any, refusals: list[int]) -> None:
+    def __init__(
+        self,
+        container: Any,
+        on_encode: Callable[[Any], None] = lambda frame: None,
+        on_mux: Callable[[bool], None] = lambda flushing: None,
+    ) -> None:
         self._container = container
-        self._refusals = refusals
+        self._on_encode = on_encode
+        self._on_mux = on_mux
         self._flushing = False
-        self._flushed = 0
 
-    def __enter__(self) -> _RefusingContainer:
+    def __enter__(self) -> _HookedContainer:
         self._container.__enter__()
         return self
 
@@ -199,16 +206,28 @@ class _RefusingContainer:
 
             def encode(self, frame: Any = None) -> Any:
                 outer._flushing = frame is None
+                outer._on_encode(frame)
                 return stream.encode(frame)
 
         return _Stream()
 
     def mux(self, packet: Any) -> None:
-        self._flushed += self._flushing
-        if self._flushed == 3 and self._refusals[0] > 0:
-            self._refusals[0] -= 1
-            raise av.error.ArgumentError(22, "Invalid argument", "test.mp4")
+        self._on_mux(self._flushing)
         self._container.mux(packet)
+
+
+def _refusing(container: Any, refusals: list[int]) -> _HookedContainer:
+    """The muxer refuses the third packet the encoder's flush gives, while ``refusals[0]``
+    allows, with the EINVAL seen once in CI."""
+    flushed = [0]
+
+    def on_mux(flushing: bool) -> None:
+        flushed[0] += flushing
+        if flushed[0] == 3 and refusals[0] > 0:
+            refusals[0] -= 1
+            raise av.error.ArgumentError(22, "Invalid argument", "test.mp4")
+
+    return _HookedContainer(container, on_mux=on_mux)
 
 
 @pytest.mark.parametrize("refusals", [1, 2])
@@ -217,7 +236,7 @@ def test_a_refused_packet_rewrites_the_file_once(
 ) -> None:
     real_open = av.open
     left = [refusals]
-    monkeypatch.setattr(av, "open", lambda *a, **k: _RefusingContainer(real_open(*a, **k), left))
+    monkeypatch.setattr(av, "open", lambda *a, **k: _refusing(real_open(*a, **k), left))
     path = tmp_path / "file-000.mp4"
     episodes = [(0, 9), (1, 7)]
     arguments = dict(
@@ -241,3 +260,67 @@ def test_a_refused_packet_rewrites_the_file_once(
         (1, 0),
         (1, 6),
     ]
+
+
+@pytest.mark.parametrize("stalls", [1, 2])
+def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stalls: int
+) -> None:
+    """SVT-AV1 once blocked for good inside svt_av1_enc_send_picture: a try that takes no step
+    for the stall timeout is left behind and the file written again; twice is a typed error."""
+    real_open = av.open
+    release = threading.Event()  # a stalled try's encoder blocks until the test ends
+    tries: list[int] = []  # frames each try handed to the encoder (the flush counts one)
+
+    def stalling(*args: Any, **kwargs: Any) -> _HookedContainer:
+        tries.append(0)
+        number = len(tries) - 1
+        stalled = number < stalls
+
+        def on_encode(frame: Any) -> None:
+            tries[number] += 1
+            if stalled and tries[number] == 5:  # the fifth frame never returns, as in the hang
+                release.wait(timeout=60)
+
+        return _HookedContainer(real_open(*args, **kwargs), on_encode=on_encode)
+
+    monkeypatch.setattr(av, "open", stalling)
+    monkeypatch.setattr(synthetic_video, "_ENCODE_STALL_S", 0.5)
+    monkeypatch.setattr(synthetic_video, "_WATCH_POLL_S", 0.05)
+    path = tmp_path / "file-000.mp4"
+    arguments = dict(
+        codec="av1", moov="start", width=64, height=48, fps=30, camera=0, episodes=[(0, 9), (1, 7)]
+    )
+    try:
+        if stalls == 2:
+            with pytest.raises(
+                DatasetFormatError,
+                match=r"file-000\.mp4 with libsvtav1: no frame encoded or packet written for "
+                r"0\.5 s after \d+ steps",
+            ):
+                encode_camera_file(path, **arguments)
+            assert len(tries) == 2
+            return
+        with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
+            histograms = encode_camera_file(path, **arguments)
+        assert len(tries) == 2 and sorted(histograms) == [0, 1]
+        warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
+        assert len(warnings) == 1 and "no frame encoded" in warnings[0]
+        decoder = VideoDecoder(str(path))
+        assert len(decoder) == 16
+        assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
+            (0, 0),
+            (0, 8),
+            (1, 0),
+            (1, 6),
+        ]
+        assert tries == [5, 17]
+        # the given-up try wakes into its stop: no frame more reaches its encoder
+        release.set()
+        for thread in threading.enumerate():
+            if thread.name.startswith("episodestream-encode"):
+                thread.join(timeout=30)
+                assert not thread.is_alive()
+        assert tries == [5, 17]
+    finally:
+        release.set()

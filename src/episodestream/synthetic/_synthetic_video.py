@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +25,8 @@ __all__ = ["CODECS", "CONTENTS", "CodecSettings", "encode_camera_file"]
 CONTENTS = ("wave", "texture")
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +190,81 @@ def _write_planes(frame: object, planes: Sequence[np.ndarray]) -> None:
         plane.update(np.ascontiguousarray(data))
 
 
-#: tries at writing one file: the muxer has, rarely, refused a packet under load
+#: tries at writing one file: the muxer has, rarely, refused a packet under load, and the
+#: encoder has, rarely, stopped making progress
 _ENCODE_ATTEMPTS = 2
+#: how long one try may go without a frame encoded or a packet written before it is given up:
+#: SVT-AV1 4.1 has, once under heavy load, blocked for good inside svt_av1_enc_send_picture
+#: with every one of its threads idle (a known class of SVT-AV1 hang); a frame takes well
+#: under a second even on a loaded 2-core machine
+_ENCODE_STALL_S = 120.0
+#: how often the watching thread looks at a try's progress
+_WATCH_POLL_S = 1.0
 
 
 class _MuxRefused(Exception):
     """The muxer refused a packet; the message says which, after which."""
+
+
+class _Stalled(Exception):
+    """A try made no progress for the stall timeout; the message says after how much."""
+
+
+class _Abandoned(Exception):
+    """Raised inside a try that was given up, should its encoder ever return."""
+
+
+class _Watch:
+    """Progress of one encoding try, shared by the thread that encodes and the one that
+    watches it: a step is a frame the encoder took or a packet the muxer wrote."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.abandoned = threading.Event()
+
+    def step(self) -> None:
+        if self.abandoned.is_set():  # the try was given up: stop writing at once
+            raise _Abandoned
+        self.steps += 1
+
+
+def _run_watched(work: Callable[[_Watch], T], *, stall_s: float, name: str) -> T:
+    """``work(watch)`` on a thread of its own, its result or exception; :class:`_Stalled` when
+    ``watch`` takes no step for ``stall_s`` seconds.
+
+    A thread blocked inside native encoder code cannot be stopped or joined: a stalled try's
+    thread (a daemon) is left behind, told to stop at its next step should it ever wake.
+    """
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work(watch)))
+        except BaseException as error:  # handed to the watching thread
+            outcome.append((False, error))
+
+    watch = _Watch()
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    try:
+        thread.start()
+        seen, since = -1, time.monotonic()
+        while True:
+            thread.join(timeout=min(_WATCH_POLL_S, stall_s))
+            if not thread.is_alive():
+                break
+            if watch.steps != seen:
+                seen, since = watch.steps, time.monotonic()
+            elif time.monotonic() - since >= stall_s:
+                raise _Stalled(
+                    f"no frame encoded or packet written for {stall_s:g} s after {seen} steps"
+                )
+    except BaseException:
+        watch.abandoned.set()  # stalled, or the watcher interrupted (Ctrl-C): stop the try
+        raise
+    done, value = outcome[0]
+    if done:
+        return value
+    raise value
 
 
 def encode_camera_file(
@@ -214,11 +288,15 @@ def encode_camera_file(
     ``label`` names the file in error messages (default: ``path``); ``content`` is one of
     :data:`CONTENTS` (``seed`` draws the texture).
 
+    A try whose muxer refuses a packet, or whose encoder makes no progress for
+    ``_ENCODE_STALL_S`` seconds, is written once more from the start.
+
     Returns:
         episode_index -> ``(3, 256)`` RGB histogram of that episode's source frames (sampled).
 
     Raises:
-        DatasetFormatError: the encoder or muxer failed (message names the file).
+        DatasetFormatError: the encoder or muxer failed, or stalled, twice (message names the
+            file).
     """
     import av  # PyAV is heavy; only writers need it
 
@@ -233,54 +311,63 @@ def encode_camera_file(
     container_options = {"movflags": "faststart"} if moov == "start" else {}
     time_base = Fraction(1, fps)
     name = label or path
-    # (pts, dts) of the last packet muxed: a refused packet is reported with the one before
-    muxed: list[tuple[int | None, int | None]] = []
 
-    def mux(container: av.container.OutputContainer, packet: av.Packet) -> None:
-        try:
-            container.mux(packet)
-        except av.FFmpegError as error:
-            before = "pts {} dts {}".format(*muxed[-1]) if muxed else "none"
-            raise _MuxRefused(
-                f"{error}; packet pts {packet.pts} dts {packet.dts} ({packet.size} bytes) "
-                f"refused after {before}"
-            ) from error
-        muxed[:] = [(packet.pts, packet.dts)]
+    def write(watch: _Watch) -> tuple[dict[int, np.ndarray], int]:
+        # (pts, dts) of the last packet muxed: a refused packet is reported with the one before
+        muxed: list[tuple[int | None, int | None]] = []
 
-    for attempt in range(1, _ENCODE_ATTEMPTS + 1):
-        muxed.clear()
+        def mux(container: av.container.OutputContainer, packet: av.Packet) -> None:
+            try:
+                container.mux(packet)
+            except av.FFmpegError as error:
+                before = "pts {} dts {}".format(*muxed[-1]) if muxed else "none"
+                raise _MuxRefused(
+                    f"{error}; packet pts {packet.pts} dts {packet.dts} ({packet.size} bytes) "
+                    f"refused after {before}"
+                ) from error
+            muxed[:] = [(packet.pts, packet.dts)]
+            watch.step()
+
         histograms: dict[int, np.ndarray] = {}
         pts = 0
+        with av.open(str(path), mode="w", format="mp4", options=container_options) as container:
+            stream = container.add_stream(
+                settings.encoder, rate=fps, options=dict(settings.options)
+            )
+            stream.width = width
+            stream.height = height
+            stream.pix_fmt = "yuv420p"
+            stream.codec_context.color_range = 1  # limited ("tv"), as LeRobot's files say
+            for episode, length in episodes:
+                hist = np.zeros((3, 256), dtype=np.int64)
+                for frame_index in range(length):
+                    y, u, v = painter.planes(episode, frame_index)
+                    hist += _rgb_histogram(y, u, v)
+                    frame = av.VideoFrame(width, height, "yuv420p")
+                    _write_planes(frame, (y, u, v))
+                    frame.color_range = 1
+                    frame.pts = pts
+                    frame.time_base = time_base
+                    pts += 1
+                    packets = stream.encode(frame)
+                    watch.step()
+                    for packet in packets:
+                        mux(container, packet)
+                histograms[episode] = hist
+            for packet in stream.encode(None):
+                mux(container, packet)
+        return histograms, pts
+
+    for attempt in range(1, _ENCODE_ATTEMPTS + 1):
         try:
-            with av.open(str(path), mode="w", format="mp4", options=container_options) as container:
-                stream = container.add_stream(
-                    settings.encoder, rate=fps, options=dict(settings.options)
-                )
-                stream.width = width
-                stream.height = height
-                stream.pix_fmt = "yuv420p"
-                stream.codec_context.color_range = 1  # limited ("tv"), as LeRobot's files say
-                for episode, length in episodes:
-                    hist = np.zeros((3, 256), dtype=np.int64)
-                    for frame_index in range(length):
-                        y, u, v = painter.planes(episode, frame_index)
-                        hist += _rgb_histogram(y, u, v)
-                        frame = av.VideoFrame(width, height, "yuv420p")
-                        _write_planes(frame, (y, u, v))
-                        frame.color_range = 1
-                        frame.pts = pts
-                        frame.time_base = time_base
-                        pts += 1
-                        for packet in stream.encode(frame):
-                            mux(container, packet)
-                    histograms[episode] = hist
-                for packet in stream.encode(None):
-                    mux(container, packet)
+            histograms, frames = _run_watched(
+                write, stall_s=_ENCODE_STALL_S, name=f"episodestream-encode-{path.name}"
+            )
             break
-        except (av.FFmpegError, _MuxRefused) as error:
+        except (av.FFmpegError, _MuxRefused, _Stalled) as error:
             # Once in about ten CI runs, under load, the muxer refused one of SVT-AV1's
-            # packets (EINVAL) and never again in 300 runs here: the file is written again
-            # from the start, and a second refusal is an error
+            # packets (EINVAL), and once SVT-AV1 stopped for good; never in 300 runs here:
+            # the file is written again from the start, and a second failure is an error
             if attempt == _ENCODE_ATTEMPTS:
                 raise DatasetFormatError(
                     f"could not encode {name} with {settings.encoder}: {error}"
@@ -293,5 +380,5 @@ def encode_camera_file(
             raise DatasetFormatError(
                 f"could not encode {name} with {settings.encoder}: {error}"
             ) from error
-    logger.debug("encoded %s: %d frames, %s", path, pts, settings.encoder)
+    logger.debug("encoded %s: %d frames, %s", path, frames, settings.encoder)
     return histograms
