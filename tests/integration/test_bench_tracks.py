@@ -125,6 +125,16 @@ def test_floor_decodes_every_frame_of_the_sequence_once(
         assert report.ratios[f"{name}_cpu_over_floor"] == pytest.approx(expected)
 
 
+def test_a_local_root_reads_each_episode_camera_once(floor_run: tuple[BenchReport, str]) -> None:
+    """No size probes on a local disk: every read of the fetch phase is one episode-camera's
+    span, and the report says one per episode-camera (not the reads less a probe per file)."""
+    report, _ = floor_run
+    fetch = report.fetch
+    assert fetch["camera_jobs"] == len(EPISODES) * len(report.dataset["cameras"])
+    assert fetch["range_requests_per_episode_camera"] == 1.0
+    assert report.targets["range_requests_per_episode_camera"]["met"] is True
+
+
 def test_rounds_report_the_median_round(floor_run: tuple[BenchReport, str]) -> None:
     report, text = floor_run
     for name in ("stream", "local", "floor"):

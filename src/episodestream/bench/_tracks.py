@@ -545,7 +545,9 @@ def run_fetch(
             "video_range_requests_per_episode_camera"
         ]
     else:
-        probes = len(ds.video_files_of(episodes))
+        # an HTTP reader learns each file's size with a probe request first; a local one
+        # asks the file system, and its every read is one span
+        probes = 0 if ds.location.kind == "local" else len(ds.video_files_of(episodes))
         result["range_requests_per_episode_camera"] = (
             (int(reader_metrics.get("requests", 0)) - probes) / jobs if jobs else None
         )
