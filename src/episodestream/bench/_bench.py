@@ -190,22 +190,34 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _cpu_ratios(tracks: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     """CPU per sample over FLOOR's (what each pipeline costs beyond decoding) and STREAM over
-    LeRobot's; only for the tracks that ran."""
+    LeRobot's; only for the tracks that ran. Over several rounds, each is the median of the
+    rounds' own ratios (the two tracks ran side by side in each round), not a ratio of two
+    medians that may come from different rounds."""
     ratios: dict[str, float | None] = {}
-
-    def cpu(name: str) -> float | None:
-        return tracks.get(name, {}).get("cpu_ms_per_sample")
-
     if "floor" in tracks:
         for name in ("stream", "local", "lerobot"):
             if name in tracks:
-                ratios[f"{name}_cpu_over_floor"] = _ratio(cpu(name), cpu("floor"))
+                ratios[f"{name}_cpu_over_floor"] = _paired_cpu_ratio(tracks[name], tracks["floor"])
     if "lerobot" in tracks:
-        ratios["stream_cpu_over_lerobot"] = _ratio(cpu("stream"), cpu("lerobot"))
+        ratios["stream_cpu_over_lerobot"] = _paired_cpu_ratio(tracks["stream"], tracks["lerobot"])
         ratios["stream_over_lerobot"] = _ratio(
             tracks["stream"]["samples_per_s"], tracks["lerobot"]["samples_per_s"]
         )
     return ratios
+
+
+def _paired_cpu_ratio(track: dict[str, Any], base: dict[str, Any]) -> float | None:
+    """Median over rounds of ``track``'s CPU per sample over ``base``'s in the same round; the
+    ratio of the two figures when the tracks have no rounds in common."""
+    mine, theirs = track.get("rounds"), base.get("rounds")
+    if mine and theirs and len(mine) == len(theirs):
+        pairs = [
+            a["cpu_ms_per_sample"] / b["cpu_ms_per_sample"]
+            for a, b in zip(mine, theirs, strict=True)
+            if a.get("cpu_ms_per_sample") is not None and b.get("cpu_ms_per_sample")
+        ]
+        return float(np.median(pairs)) if pairs else None
+    return _ratio(track.get("cpu_ms_per_sample"), base.get("cpu_ms_per_sample"))
 
 
 def _file_track_runners(
@@ -374,7 +386,8 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             notes.append(
                 f"{', '.join(name.upper() for name in rounds)} ran {config.rounds} interleaved "
                 "rounds (order rotated each round); the tables show each one's median round, the "
-                "JSON every round"
+                "JSON every round; CPU / FLOOR and STREAM / LEROBOT CPU are the medians of each "
+                "round's own ratio"
             )
         for name in ("floor", "lerobot"):
             if rounds.get(name):

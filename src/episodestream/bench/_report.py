@@ -53,7 +53,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 def _tracks(report: BenchReport) -> str:
     rows = []
-    floor_cpu = (report.tracks.get("floor") or {}).get("cpu_ms_per_sample")
+    has_floor = "floor" in report.tracks
     for name in _TRACK_ORDER:
         track = report.tracks.get(name)
         if track is None:
@@ -69,7 +69,7 @@ def _tracks(report: BenchReport) -> str:
                 fmt(track.get("steady_samples_per_s"), 1),
                 fmt(track.get("time_to_first_sample_s"), 3),
                 fmt(cpu, 2),
-                fmt(cpu / floor_cpu, 3) if cpu is not None and floor_cpu else "—",
+                _over_floor(report, name) if has_floor else "—",
                 mib(memory.get("rss_peak_bytes")),
             ]
         )
@@ -87,6 +87,19 @@ def _tracks(report: BenchReport) -> str:
         ],
         rows,
     )
+
+
+def _over_floor(report: BenchReport, name: str) -> str:
+    """A track's CPU per sample over FLOOR's: the ratio the report keeps for it (over rounds,
+    the median of each round's ratio), else its figure over FLOOR's (NAIVE, DOWNLOAD)."""
+    if name == "floor":
+        return fmt(1.0, 3)
+    key = f"{name}_cpu_over_floor"
+    if key in report.ratios:
+        return fmt(report.ratios[key], 3)
+    cpu = report.tracks[name].get("cpu_ms_per_sample")
+    floor_cpu = report.tracks["floor"].get("cpu_ms_per_sample")
+    return fmt(cpu / floor_cpu, 3) if cpu is not None and floor_cpu else "—"
 
 
 def _ratios(report: BenchReport) -> str:
