@@ -230,6 +230,21 @@ def _refusing(container: Any, refusals: list[int]) -> _HookedContainer:
     return _HookedContainer(container, on_mux=on_mux)
 
 
+def _assert_written_again_whole(path: Path, caplog: pytest.LogCaptureFixture, reason: str) -> None:
+    """One warning says why the file was written again, and the second writing is whole:
+    every one of the 9 + 7 frames decodes and carries its identity."""
+    warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
+    assert len(warnings) == 1 and reason in warnings[0]
+    decoder = VideoDecoder(str(path))
+    assert len(decoder) == 16
+    assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
+        (0, 0),
+        (0, 8),
+        (1, 0),
+        (1, 6),
+    ]
+
+
 @pytest.mark.parametrize("refusals", [1, 2])
 def test_a_refused_packet_rewrites_the_file_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, refusals: int
@@ -249,17 +264,7 @@ def test_a_refused_packet_rewrites_the_file_once(
     with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
         histograms = encode_camera_file(path, **arguments)
     assert left == [0] and sorted(histograms) == [0, 1]
-    warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
-    assert len(warnings) == 1 and "refused after pts" in warnings[0]
-    # the second writing is whole: every frame decodes and carries its identity
-    decoder = VideoDecoder(str(path))
-    assert len(decoder) == 16
-    assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
-        (0, 0),
-        (0, 8),
-        (1, 0),
-        (1, 6),
-    ]
+    _assert_written_again_whole(path, caplog, "refused after pts")
 
 
 @pytest.mark.parametrize("stalls", [1, 2])
@@ -304,16 +309,7 @@ def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_
         with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
             histograms = encode_camera_file(path, **arguments)
         assert len(tries) == 2 and sorted(histograms) == [0, 1]
-        warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
-        assert len(warnings) == 1 and "no frame encoded" in warnings[0]
-        decoder = VideoDecoder(str(path))
-        assert len(decoder) == 16
-        assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
-            (0, 0),
-            (0, 8),
-            (1, 0),
-            (1, 6),
-        ]
+        _assert_written_again_whole(path, caplog, "no frame encoded")
         assert tries == [5, 17]
         # the given-up try wakes into its stop: no frame more reaches its encoder
         release.set()
