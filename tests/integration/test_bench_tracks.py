@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from episodestream.bench import BenchReport, _scaling, format_report
-from episodestream.bench._bench import _median
+from episodestream.bench._bench import _cpu_ratios, _median
 from episodestream.bench._measure import Progress, process_figures
 from episodestream.bench._scaling import default_worker_counts
 from episodestream.bench._tracks import failure_figures, http_figures
@@ -161,6 +161,31 @@ def test_median_is_not_the_best_round() -> None:
     assert middle["tag"] == 4.0 and middle["samples_per_s"] == 4.0
     assert middle["cpu_ms_per_sample"] == pytest.approx(2.5)
     assert [r["samples_per_s"] for r in middle["rounds"]] == [1.0, 9.0, 4.0]
+
+
+def test_cpu_ratios_pair_the_rounds() -> None:
+    """Each ratio is the median of the rounds' own ratios: droid's rounds once gave STREAM over
+    FLOOR 1.10, 1.15 and 0.98 while the ratio of the two medians said 0.981."""
+
+    def track(*cpu: float) -> dict[str, object]:
+        rounds = [{"cpu_ms_per_sample": c} for c in cpu]
+        return {"cpu_ms_per_sample": float(np.median(cpu)), "samples_per_s": 1.0, "rounds": rounds}
+
+    floor = track(3.733, 4.531, 4.544)
+    stream = track(4.113, 5.197, 4.447)
+    lerobot = track(8.0, 10.0, 9.0)
+    ratios = _cpu_ratios({"floor": floor, "stream": stream, "lerobot": lerobot})
+    paired = [4.113 / 3.733, 5.197 / 4.531, 4.447 / 4.544]
+    assert ratios["stream_cpu_over_floor"] == pytest.approx(float(np.median(paired)))
+    assert ratios["stream_cpu_over_floor"] == pytest.approx(1.1018, abs=1e-4)  # not 0.981
+    assert ratios["stream_cpu_over_lerobot"] == pytest.approx(
+        float(np.median([4.113 / 8.0, 5.197 / 10.0, 4.447 / 9.0]))
+    )
+    # without rounds in common (a track that ran once): the ratio of the two figures
+    once = {"cpu_ms_per_sample": 5.0, "samples_per_s": 1.0}
+    assert _cpu_ratios({"floor": floor, "local": once})["local_cpu_over_floor"] == pytest.approx(
+        5.0 / 4.531
+    )
 
 
 def test_episode_subset_is_all_that_is_sampled(

@@ -175,6 +175,32 @@ def test_reads_count_the_ranges_asked_for_on_every_backend(case: Case):
     assert case.reader.stats().reads == before + 6
 
 
+def test_lookups_are_the_requests_that_asked_for_no_bytes(case: Case):
+    """``lookups`` counts the requests among ``requests`` that learned a size or listed a folder
+    (an HTTP probe, a Hub tree page, an fsspec info), so ``requests - lookups`` are the
+    requests for bytes: what bench's fetch phase reports per episode-camera."""
+    other = "videos/observation.images.cam/chunk-000/file-001.mp4"
+
+    def counts() -> tuple[int, int, int]:
+        stats = case.reader.stats()
+        return stats.requests, stats.lookups, stats.redirects
+
+    requests, lookups, _ = counts()
+    assert case.reader.size(other) == len(FILES[other])
+    after_requests, after_lookups, after_redirects = counts()
+    assert after_requests - after_lookups == requests - lookups  # no bytes asked for
+    if isinstance(case.reader, LocalRangeReader):
+        assert after_lookups == lookups == 0  # the file system answers, no request
+    else:
+        assert after_lookups > lookups
+    assert case.reader.read(BIG, 1_000, 100) == FILES[BIG][1_000:1_100]
+    final_requests, final_lookups, final_redirects = counts()
+    # one range asked for: one request for bytes, whether or not a size was learned first,
+    # and one more for each redirect it followed (the Hub's resolve URL to its CDN)
+    for_bytes = (final_requests - final_lookups) - (after_requests - after_lookups)
+    assert for_bytes == 1 + final_redirects - after_redirects
+
+
 def test_errors_are_typed(case: Case):
     with pytest.raises(NotFound) as missing:
         case.reader.read("meta/absent.json", 0, 10)

@@ -235,6 +235,10 @@ def _assert_written_again_whole(path: Path, caplog: pytest.LogCaptureFixture, re
     every one of the 9 + 7 frames decodes and carries its identity."""
     warnings = [r.getMessage() for r in caplog.records if "writing it again" in r.getMessage()]
     assert len(warnings) == 1 and reason in warnings[0]
+    _assert_whole(path)
+
+
+def _assert_whole(path: Path) -> None:
     decoder = VideoDecoder(str(path))
     assert len(decoder) == 16
     assert [read_frame_identity(decoder[k].numpy()) for k in (0, 8, 9, 15)] == [
@@ -290,7 +294,8 @@ def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_
         return _HookedContainer(real_open(*args, **kwargs), on_encode=on_encode)
 
     monkeypatch.setattr(av, "open", stalling)
-    monkeypatch.setattr(synthetic_video, "_ENCODE_STALL_S", 0.5)
+    # long enough that a healthy try on a loaded machine never looks stalled
+    monkeypatch.setattr(synthetic_video, "_ENCODE_STALL_S", 3.0)
     monkeypatch.setattr(synthetic_video, "_WATCH_POLL_S", 0.05)
     path = tmp_path / "file-000.mp4"
     arguments = dict(
@@ -301,7 +306,7 @@ def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_
             with pytest.raises(
                 DatasetFormatError,
                 match=r"file-000\.mp4 with libsvtav1: no frame encoded or packet written for "
-                r"0\.5 s after \d+ steps",
+                r"3 s after \d+ steps",
             ):
                 encode_camera_file(path, **arguments)
             assert len(tries) == 2
@@ -311,12 +316,15 @@ def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_
         assert len(tries) == 2 and sorted(histograms) == [0, 1]
         _assert_written_again_whole(path, caplog, "no frame encoded")
         assert tries == [5, 17]
-        # the given-up try wakes into its stop: no frame more reaches its encoder
+        # the given-up try wakes into its stop: no frame more reaches its encoder, and what it
+        # closes (its trailer, the faststart rewrite by file name) is not the file written
         release.set()
         for thread in threading.enumerate():
             if thread.name.startswith("episodestream-encode"):
                 thread.join(timeout=30)
                 assert not thread.is_alive()
         assert tries == [5, 17]
+        _assert_whole(path)
+        assert [p.name for p in tmp_path.iterdir()] == ["file-000.mp4"]  # no try's file left
     finally:
         release.set()

@@ -458,8 +458,9 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             stream["samples_per_s"], local_track and local_track["samples_per_s"]
         ),
         "stream_over_local_steady_median_of_rounds": _paired_median(stream, local_track),
-        "stream_over_local_per_cpu_second": _ratio(
-            local_track and local_track.get("cpu_ms_per_sample"), stream.get("cpu_ms_per_sample")
+        # samples per CPU second: LOCAL's CPU per sample over STREAM's, round by round
+        "stream_over_local_per_cpu_second": (
+            _paired_cpu_ratio(local_track, stream) if local_track else None
         ),
         "stream_over_naive": _ratio(
             stream["samples_per_s"], tracks.get("naive", {}).get("samples_per_s")

@@ -93,7 +93,7 @@ def _over_floor(report: BenchReport, name: str) -> str:
     """A track's CPU per sample over FLOOR's: the ratio the report keeps for it (over rounds,
     the median of each round's ratio), else its figure over FLOOR's (NAIVE, DOWNLOAD)."""
     if name == "floor":
-        return fmt(1.0, 3)
+        return fmt(1.0, 3) if report.tracks["floor"].get("cpu_ms_per_sample") else "—"
     key = f"{name}_cpu_over_floor"
     if key in report.ratios:
         return fmt(report.ratios[key], 3)

@@ -545,12 +545,11 @@ def run_fetch(
             "video_range_requests_per_episode_camera"
         ]
     else:
-        # an HTTP reader learns each file's size with a probe request first; a local one
-        # asks the file system, and its every read is one span
-        probes = 0 if ds.location.kind == "local" else len(ds.video_files_of(episodes))
-        result["range_requests_per_episode_camera"] = (
-            (int(reader_metrics.get("requests", 0)) - probes) / jobs if jobs else None
-        )
+        # the requests for bytes (a redirect hop to a CDN is one of them): not those that
+        # learned a size or listed a folder (an HTTP probe, a Hub tree page, an fsspec info);
+        # a local reader's requests are all reads
+        spans = int(reader_metrics.get("requests", 0)) - int(reader_metrics.get("lookups", 0))
+        result["range_requests_per_episode_camera"] = spans / jobs if jobs else None
     return result, FetchedPool(cache, reader, keep)
 
 

@@ -122,6 +122,7 @@ class ReaderStats:
     bytes: int = 0  # body bytes received from the store
     bytes_returned: int = 0  # bytes handed to callers
     reads: int = 0  # ranges callers asked for
+    lookups: int = 0  # requests for a size or a listing, not for bytes (among ``requests``)
     retries: int = 0
     failures: int = 0  # failed attempts (each retried or final)
     resumes: int = 0  # short bodies continued from where they stopped

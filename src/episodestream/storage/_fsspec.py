@@ -127,7 +127,13 @@ class FsspecRangeReader(BaseRangeReader):
         self._root = ""
         self._closed = False
         self._executor: TrackedPool | None = None
-        self._counters: dict[str, int] = {"requests": 0, "bytes": 0, "reads": 0, "failures": 0}
+        self._counters: dict[str, int] = {
+            "requests": 0,
+            "bytes": 0,
+            "reads": 0,
+            "lookups": 0,
+            "failures": 0,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
@@ -262,6 +268,7 @@ class FsspecRangeReader(BaseRangeReader):
         except Exception as error:
             raise self._translate(error, self._where(clean)) from error
         self._count("requests")
+        self._count("lookups")
         if info.get("type") == "directory":
             raise NotFound(f"{self._where(clean)}: is a folder, not a file")
         etag = info.get("ETag") or info.get("etag")

@@ -631,6 +631,8 @@ class HttpRangeReader(BaseRangeReader):
             try:
                 try:
                     response = self._send(url, headers)
+                    if probe:
+                        self._metrics.add("lookups")
                 except Retry as failure:
                     if reused:
                         REDIRECT_HOSTS.release(url)
@@ -950,6 +952,7 @@ class HttpRangeReader(BaseRangeReader):
                 raise StorageError(f"{self!r} is closed")
             try:
                 response = self._send(url)
+                self._metrics.add("lookups")
                 with response:
                     status = response.status
                     if status in REDIRECT_STATUSES:

@@ -60,6 +60,7 @@ class Metrics:
             "bytes": 0,
             "bytes_returned": 0,
             "reads": 0,
+            "lookups": 0,
             "retries": 0,
             "resumes": 0,
             "redirects": 0,

@@ -194,10 +194,12 @@ def _write_planes(frame: object, planes: Sequence[np.ndarray]) -> None:
 #: encoder has, rarely, stopped making progress
 _ENCODE_ATTEMPTS = 2
 #: how long one try may go without a frame encoded or a packet written before it is given up:
-#: SVT-AV1 4.1 has, once under heavy load, blocked for good inside svt_av1_enc_send_picture
-#: with every one of its threads idle (a known class of SVT-AV1 hang); a frame takes well
-#: under a second even on a loaded 2-core machine
+#: SVT-AV1 4.1 has, once here under heavy load, blocked for good inside
+#: svt_av1_enc_send_picture with every one of its threads idle; a frame takes well under a
+#: second even on a loaded 2-core machine
 _ENCODE_STALL_S = 120.0
+#: how long a try stopped for another reason (Ctrl-C) is given to stop before the error goes on
+_STOP_WAIT_S = 5.0
 #: how often the watching thread looks at a try's progress
 _WATCH_POLL_S = 1.0
 
@@ -233,7 +235,10 @@ def _run_watched(work: Callable[[_Watch], T], *, stall_s: float, name: str) -> T
     ``watch`` takes no step for ``stall_s`` seconds.
 
     A thread blocked inside native encoder code cannot be stopped or joined: a stalled try's
-    thread (a daemon) is left behind, told to stop at its next step should it ever wake.
+    thread (a daemon) is left behind, told to stop at its next step should it ever wake. Only
+    a block in a call that releases the GIL is seen this way (PyAV encodes and muxes without
+    it; opening and freeing an encoder hold it): a subprocess would be needed to bound every
+    native hang.
     """
     outcome: list[tuple[bool, Any]] = []
 
@@ -247,6 +252,9 @@ def _run_watched(work: Callable[[_Watch], T], *, stall_s: float, name: str) -> T
     thread = threading.Thread(target=run, name=name, daemon=True)
     try:
         thread.start()
+    except RuntimeError as error:  # no thread to be had: the caller's typed error names the file
+        raise OSError(f"could not start an encoding thread: {error}") from error
+    try:
         seen, since = -1, time.monotonic()
         while True:
             thread.join(timeout=min(_WATCH_POLL_S, stall_s))
@@ -258,13 +266,28 @@ def _run_watched(work: Callable[[_Watch], T], *, stall_s: float, name: str) -> T
                 raise _Stalled(
                     f"no frame encoded or packet written for {stall_s:g} s after {seen} steps"
                 )
+    except _Stalled:
+        watch.abandoned.set()  # stop at the next step, should the encoder ever return
+        raise
     except BaseException:
-        watch.abandoned.set()  # stalled, or the watcher interrupted (Ctrl-C): stop the try
+        # interrupted (Ctrl-C): the try stops at its next step; let it, briefly, so that it
+        # does not write on while the caller cleans up
+        watch.abandoned.set()
+        thread.join(timeout=_STOP_WAIT_S)
         raise
     done, value = outcome[0]
     if done:
         return value
     raise value
+
+
+def _discard(target: Path) -> None:
+    """Remove a given-up try's file; one its stalled thread still holds open (a file system
+    that refuses to remove such a file) stays, under its own name, never under ``path``."""
+    try:
+        target.unlink(missing_ok=True)
+    except OSError as error:
+        logger.debug("could not remove %s: %s", target, error)
 
 
 def encode_camera_file(
@@ -288,31 +311,34 @@ def encode_camera_file(
     ``label`` names the file in error messages (default: ``path``); ``content`` is one of
     :data:`CONTENTS` (``seed`` draws the texture).
 
-    A try whose muxer refuses a packet, or whose encoder makes no progress for
-    ``_ENCODE_STALL_S`` seconds, is written once more from the start.
+    Each try writes a file of its own next to ``path`` and renames it onto ``path`` once whole.
+    A try whose muxer refuses a packet, or whose encoder encodes no frame and writes no packet
+    for two minutes, is given up and the file written once more from the start.
 
     Returns:
         episode_index -> ``(3, 256)`` RGB histogram of that episode's source frames (sampled).
 
     Raises:
-        DatasetFormatError: the encoder or muxer failed, or stalled, twice (message names the
-            file).
+        DatasetFormatError: the muxer refused a packet or the encoder stalled in both tries, or
+            the encoder or the file system failed (message names the file).
     """
     import av  # PyAV is heavy; only writers need it
 
     # SVT-AV1 prints its banner to stderr unless told otherwise; keep errors only
     os.environ.setdefault("SVT_LOG", "1")
     settings = CODECS[codec]
-    painter = (
-        _TexturePainter(width, height, camera, seed)
-        if content == "texture"
-        else _FramePainter(width, height, camera)
-    )
     container_options = {"movflags": "faststart"} if moov == "start" else {}
     time_base = Fraction(1, fps)
     name = label or path
 
-    def write(watch: _Watch) -> tuple[dict[int, np.ndarray], int]:
+    def write(watch: _Watch, target: Path) -> tuple[dict[int, np.ndarray], int]:
+        # a painter per try: the texture's noise is drawn from a generator, and a second try
+        # must paint what the first would have (the same seed, the same file)
+        painter = (
+            _TexturePainter(width, height, camera, seed)
+            if content == "texture"
+            else _FramePainter(width, height, camera)
+        )
         # (pts, dts) of the last packet muxed: a refused packet is reported with the one before
         muxed: list[tuple[int | None, int | None]] = []
 
@@ -330,7 +356,8 @@ def encode_camera_file(
 
         histograms: dict[int, np.ndarray] = {}
         pts = 0
-        with av.open(str(path), mode="w", format="mp4", options=container_options) as container:
+        watch.step()  # given up before it began (Ctrl-C): open nothing
+        with av.open(str(target), mode="w", format="mp4", options=container_options) as container:
             stream = container.add_stream(
                 settings.encoder, rate=fps, options=dict(settings.options)
             )
@@ -359,15 +386,22 @@ def encode_camera_file(
         return histograms, pts
 
     for attempt in range(1, _ENCODE_ATTEMPTS + 1):
+        # a given-up try may wake and finish its own file (its trailer, a faststart rewrite
+        # that reopens the file by name): never the one the next try writes or ``path``
+        target = path.with_name(f".{path.name}.try{attempt}")
         try:
             histograms, frames = _run_watched(
-                write, stall_s=_ENCODE_STALL_S, name=f"episodestream-encode-{path.name}"
+                lambda watch, target=target: write(watch, target),
+                stall_s=_ENCODE_STALL_S,
+                name=f"episodestream-encode-{path.name}",
             )
+            os.replace(target, path)
             break
         except (av.FFmpegError, _MuxRefused, _Stalled) as error:
             # Once in about ten CI runs, under load, the muxer refused one of SVT-AV1's
             # packets (EINVAL), and once SVT-AV1 stopped for good; never in 300 runs here:
             # the file is written again from the start, and a second failure is an error
+            target.unlink(missing_ok=True)
             if attempt == _ENCODE_ATTEMPTS:
                 raise DatasetFormatError(
                     f"could not encode {name} with {settings.encoder}: {error}"
@@ -375,8 +409,8 @@ def encode_camera_file(
             logger.warning(
                 "encoding %s with %s failed (%s); writing it again", name, settings.encoder, error
             )
-            path.unlink(missing_ok=True)
         except OSError as error:
+            _discard(target)
             raise DatasetFormatError(
                 f"could not encode {name} with {settings.encoder}: {error}"
             ) from error
