@@ -398,10 +398,10 @@ def encode_camera_file(
             os.replace(target, path)
             break
         except (av.FFmpegError, _MuxRefused, _Stalled) as error:
-            # Once in about ten CI runs, under load, the muxer refused one of SVT-AV1's
-            # packets (EINVAL), and once SVT-AV1 stopped for good; never in 300 runs here:
+            # Under load the muxer has refused one of SVT-AV1's packets (EINVAL, once in
+            # about ten CI runs) and SVT-AV1 has stopped for good (once, beside a CI run):
             # the file is written again from the start, and a second failure is an error
-            target.unlink(missing_ok=True)
+            _discard(target)
             if attempt == _ENCODE_ATTEMPTS:
                 raise DatasetFormatError(
                     f"could not encode {name} with {settings.encoder}: {error}"
