@@ -386,8 +386,8 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             notes.append(
                 f"{', '.join(name.upper() for name in rounds)} ran {config.rounds} interleaved "
                 "rounds (order rotated each round); the tables show each one's median round, the "
-                "JSON every round; CPU / FLOOR and STREAM / LEROBOT CPU are the medians of each "
-                "round's own ratio"
+                "JSON every round; the CPU ratios (over FLOOR, STREAM over LEROBOT, STREAM / "
+                "LOCAL per CPU second) are the medians of each round's own ratio"
             )
         for name in ("floor", "lerobot"):
             if rounds.get(name):
