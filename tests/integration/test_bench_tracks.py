@@ -12,17 +12,15 @@ import json
 import logging
 import os
 import time
-import types
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from episodestream.bench import BenchReport, _scaling, format_report
+from episodestream.bench import BenchReport, format_report
 from episodestream.bench._bench import _cpu_ratios, _median
-from episodestream.bench._measure import Progress, process_figures
-from episodestream.bench._scaling import default_worker_counts
+from episodestream.bench._measure import Progress, process_figures, rotated_rounds
+from episodestream.bench._scaling import default_worker_counts, scaling_rows
 from episodestream.bench._tracks import failure_figures, http_figures
 from episodestream.cli import main
 from episodestream.lerobot import load_dataset_meta
@@ -272,27 +270,21 @@ def test_scaling_table_says_when_one_worker_fills_more_than_a_core(
     assert "| cores busy |" in text
 
 
-def test_scaling_rounds_rotate_and_pair_each_round(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scaling_rounds_rotate_and_pair_each_round() -> None:
     """Counts run in every round, the order rotated a step per round; each row is its median
     round (the lower middle of an even count) and speed-up the median of the paired ratios;
     a round whose baseline timed nothing has no ratio."""
+    assert rotated_rounds([1, 2], 4) == [[1, 2], [2, 1], [1, 2], [2, 1]]
+    assert rotated_rounds([1, 2, 4], 4) == [[1, 2, 4], [2, 4, 1], [4, 1, 2], [1, 2, 4]]
     rates = {1: [10.0, 0.0, 12.0, 11.0], 2: [19.0, 30.0, 18.0, 23.0]}
-    calls: list[int] = []
-
-    def fake_run_workers(config: Any, ds: Any, workers: int) -> dict[str, Any]:
-        calls.append(workers)
-        rate = rates[workers][sum(1 for c in calls if c == workers) - 1]
-        return {"workers": workers, "samples_per_s": rate, "cpu_s": 1.0, "seconds": 1.0}
-
-    monkeypatch.setattr(_scaling, "run_workers", fake_run_workers)
-    config = types.SimpleNamespace(
-        num_workers=(1, 2), rounds=4, image_dtype="uint8", batch_size=4, decode_threads=0
-    )
-    scaling = _scaling.run_scaling(config, None)
-    assert calls == [1, 2, 2, 1, 1, 2, 2, 1]
-    one, two = scaling["rows"]
-    assert scaling["rounds"] == 4 and scaling["baseline_workers"] == 1
+    runs = {
+        n: [{"workers": n, "samples_per_s": rate, "round": i} for i, rate in enumerate(rounds)]
+        for n, rounds in rates.items()
+    }
+    one, two = scaling_rows(runs)
     assert one["samples_per_s"] == 10.0 and two["samples_per_s"] == 19.0  # lower middles
+    assert one["round"] == 0 and two["round"] == 0  # a round that happened, not a blend
+    assert two["round_samples_per_s"] == rates[2]
     assert two["round_speedups"] == [1.9, None, 1.5, pytest.approx(23 / 11)]
     assert two["speedup"] == pytest.approx(1.9)  # median of the three known ratios
     assert two["efficiency"] == pytest.approx(0.95)

@@ -22,7 +22,12 @@ from episodestream.bench._access import AccessLog
 from episodestream.bench._config import AUTO_TARGET_SHARE, BenchConfig
 from episodestream.bench._floor import run_floor
 from episodestream.bench._lerobot_track import LeRobotTrackError, lerobot_version, run_lerobot
-from episodestream.bench._measure import peak_rss_bytes, rss_bytes
+from episodestream.bench._measure import (
+    median_round,
+    peak_rss_bytes,
+    rotated_rounds,
+    rss_bytes,
+)
 from episodestream.bench._scaling import run_scaling
 from episodestream.bench._sequence import (
     BenchDataset,
@@ -163,8 +168,7 @@ _ROUND_FIGURES = ("samples_per_s", "steady_samples_per_s", "cpu_ms_per_sample")
 def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The median round (by steady samples/s; the lower one of an even count), its rate and
     CPU figures replaced by each one's median over the rounds, every round's attached."""
-    ordered = sorted(rounds, key=lambda r: r["steady_samples_per_s"])
-    middle = dict(ordered[(len(ordered) - 1) // 2])
+    middle = dict(median_round(rounds, "steady_samples_per_s"))
     for name in _ROUND_FIGURES:
         values = [r[name] for r in rounds if r.get(name) is not None]
         middle[name] = float(np.median(values)) if values else None
@@ -356,11 +360,9 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             # machines drift: each track meets every position); each reports its median round
             rounds: dict[str, list[dict[str, Any]]] = {"stream": []}
             rounds.update({name: [] for name in runners})
-            order = list(rounds)
             try:
-                for round_number in range(config.rounds):
-                    shift = round_number % len(order)
-                    for name in order[shift:] + order[:shift]:
+                for round_number, order in enumerate(rotated_rounds(list(rounds), config.rounds)):
+                    for name in order:
                         if name == "stream":
                             rounds["stream"].append(
                                 run_stream(config, ds, access, logs / f"stream{round_number}.jsonl")

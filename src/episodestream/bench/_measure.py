@@ -8,10 +8,10 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 
@@ -22,14 +22,18 @@ __all__ = [
     "Progress",
     "Sampler",
     "child_pids",
+    "median_round",
     "peak_rss_bytes",
     "process_figures",
+    "rotated_rounds",
     "rss_bytes",
     "steady_rate",
     "timing_figures",
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: Interval of the background sampler (seconds).
@@ -281,3 +285,16 @@ class Progress(Closing):
             else:
                 self._log(time.perf_counter())
             self._enabled = False
+
+
+def rotated_rounds(items: Sequence[T], rounds: int) -> list[list[T]]:
+    """Each round's order of ``items``: rotated a step further every round, so a machine that
+    drifts over a run meets every item in every position alike."""
+    return [[*items[r % len(items) :], *items[: r % len(items)]] for r in range(rounds) if items]
+
+
+def median_round(rounds: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The round whose ``key`` is the median (the lower middle of an even count): a round that
+    happened, never the best one."""
+    ordered = sorted(rounds, key=lambda r: r[key])
+    return ordered[(len(ordered) - 1) // 2]

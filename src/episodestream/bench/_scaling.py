@@ -25,7 +25,9 @@ from episodestream.bench._config import BenchConfig
 from episodestream.bench._measure import (
     Progress,
     child_pids,
+    median_round,
     process_figures,
+    rotated_rounds,
     rss_bytes,
     steady_rate,
 )
@@ -33,7 +35,7 @@ from episodestream.bench._sequence import BenchDataset
 from episodestream.bench._tracks import pool_arguments
 from episodestream.datasets import EpisodePoolDataset
 
-__all__ = ["default_worker_counts", "run_scaling", "run_workers"]
+__all__ = ["default_worker_counts", "run_scaling", "run_workers", "scaling_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,37 +145,41 @@ def run_workers(config: BenchConfig, ds: BenchDataset, workers: int) -> dict[str
 
 def run_scaling(config: BenchConfig, ds: BenchDataset) -> dict[str, Any]:
     """Every worker count of ``config.num_workers`` in ``config.rounds`` interleaved rounds
-    (the order rotated a step per round), each count reported by its median round. Speed-up
-    and efficiency against the fewest workers run (one worker when 1 is in the list) are the
-    medians of each round's ratios: counts run side by side meet the same drift."""
+    (the order rotated a step per round); the rows are :func:`scaling_rows`'."""
     counts = list(config.num_workers)
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
-    for round_number in range(config.rounds):
-        shift = round_number % len(counts)
-        for n in counts[shift:] + counts[:shift]:
+    for order in rotated_rounds(counts, config.rounds):
+        for n in order:
             runs[n].append(run_workers(config, ds, n))
-    base_workers = min(counts)
-    rows = []
-    for n in counts:
-        ordered = sorted(runs[n], key=lambda r: r["samples_per_s"])
-        row = dict(ordered[(len(ordered) - 1) // 2])  # the lower middle of an even count
-        # a round whose baseline timed nothing has no ratio (None keeps rounds aligned)
-        speedups = [
-            r["samples_per_s"] / b["samples_per_s"] if b["samples_per_s"] > 0 else None
-            for r, b in zip(runs[n], runs[base_workers], strict=True)
-        ]
-        known = [x for x in speedups if x is not None]
-        row["round_samples_per_s"] = [r["samples_per_s"] for r in runs[n]]
-        row["round_speedups"] = speedups
-        row["speedup"] = float(np.median(known)) if known else None
-        row["efficiency"] = row["speedup"] * base_workers / n if known else None
-        rows.append(row)
+    rows = scaling_rows(runs)
     return {
         "rows": rows,
         "rounds": config.rounds,
-        "baseline_workers": base_workers,
+        "baseline_workers": min(counts),
         "cpus": len(os.sched_getaffinity(0)),
         "image_dtype": config.image_dtype,
         "batch_size": config.batch_size,
         "decode_threads_per_worker": config.decode_threads,
     }
+
+
+def scaling_rows(runs: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per worker count (``runs``: its rounds, in round order), its median round by
+    samples/s. Speed-up and efficiency against the fewest workers (one worker when 1 ran) are
+    the medians of each round's ratios: counts run side by side meet the same drift. A round
+    whose baseline timed nothing has no ratio (None keeps the rounds aligned)."""
+    base_workers = min(runs)
+    rows = []
+    for n, rounds in runs.items():
+        row = dict(median_round(rounds, "samples_per_s"))
+        speedups = [
+            r["samples_per_s"] / b["samples_per_s"] if b["samples_per_s"] > 0 else None
+            for r, b in zip(rounds, runs[base_workers], strict=True)
+        ]
+        known = [x for x in speedups if x is not None]
+        row["round_samples_per_s"] = [r["samples_per_s"] for r in rounds]
+        row["round_speedups"] = speedups
+        row["speedup"] = float(np.median(known)) if known else None
+        row["efficiency"] = row["speedup"] * base_workers / n if known else None
+        rows.append(row)
+    return rows
