@@ -163,6 +163,7 @@ def _dataset_summary(ds: BenchDataset) -> dict[str, Any]:
 
 
 _ROUND_FIGURES = ("samples_per_s", "steady_samples_per_s", "cpu_ms_per_sample")
+_CPU = "cpu_ms_per_sample"
 
 
 def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -174,18 +175,6 @@ def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         middle[name] = float(np.median(values)) if values else None
     middle["rounds"] = [{name: r.get(name) for name in _ROUND_FIGURES} for r in rounds]
     return middle
-
-
-def _paired_median(stream: dict[str, Any], local: dict[str, Any] | None) -> float | None:
-    """Median over rounds of STREAM's steady samples/s over LOCAL's in the same round."""
-    if not local:
-        return None
-    pairs = [
-        s["steady_samples_per_s"] / loc["steady_samples_per_s"]
-        for s, loc in zip(stream["rounds"], local["rounds"], strict=False)
-        if loc["steady_samples_per_s"]
-    ]
-    return float(np.median(pairs)) if pairs else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -201,27 +190,27 @@ def _cpu_ratios(tracks: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     if "floor" in tracks:
         for name in ("stream", "local", "lerobot"):
             if name in tracks:
-                ratios[f"{name}_cpu_over_floor"] = _paired_cpu_ratio(tracks[name], tracks["floor"])
+                ratios[f"{name}_cpu_over_floor"] = _paired(tracks[name], tracks["floor"], _CPU)
     if "lerobot" in tracks:
-        ratios["stream_cpu_over_lerobot"] = _paired_cpu_ratio(tracks["stream"], tracks["lerobot"])
+        ratios["stream_cpu_over_lerobot"] = _paired(tracks["stream"], tracks["lerobot"], _CPU)
         ratios["stream_over_lerobot"] = _ratio(
             tracks["stream"]["samples_per_s"], tracks["lerobot"]["samples_per_s"]
         )
     return ratios
 
 
-def _paired_cpu_ratio(track: dict[str, Any], base: dict[str, Any]) -> float | None:
-    """Median over rounds of ``track``'s CPU per sample over ``base``'s in the same round; the
-    ratio of the two figures when the tracks have no rounds in common."""
+def _paired(track: dict[str, Any], base: dict[str, Any], key: str) -> float | None:
+    """Median over rounds of ``track``'s ``key`` over ``base``'s in the same round; the ratio
+    of the two figures when the tracks have no rounds in common."""
     mine, theirs = track.get("rounds"), base.get("rounds")
     if mine and theirs and len(mine) == len(theirs):
         pairs = [
-            a["cpu_ms_per_sample"] / b["cpu_ms_per_sample"]
+            a[key] / b[key]
             for a, b in zip(mine, theirs, strict=True)
-            if a.get("cpu_ms_per_sample") is not None and b.get("cpu_ms_per_sample")
+            if a.get(key) is not None and b.get(key)
         ]
         return float(np.median(pairs)) if pairs else None
-    return _ratio(track.get("cpu_ms_per_sample"), base.get("cpu_ms_per_sample"))
+    return _ratio(track.get(key), base.get(key))
 
 
 def _file_track_runners(
@@ -459,10 +448,12 @@ def _run_bench(config: BenchConfig) -> BenchReport:
         "stream_over_local": _ratio(
             stream["samples_per_s"], local_track and local_track["samples_per_s"]
         ),
-        "stream_over_local_steady_median_of_rounds": _paired_median(stream, local_track),
+        "stream_over_local_steady_median_of_rounds": (
+            _paired(stream, local_track, "steady_samples_per_s") if local_track else None
+        ),
         # samples per CPU second: LOCAL's CPU per sample over STREAM's, round by round
         "stream_over_local_per_cpu_second": (
-            _paired_cpu_ratio(local_track, stream) if local_track else None
+            _paired(local_track, stream, _CPU) if local_track else None
         ),
         "stream_over_naive": _ratio(
             stream["samples_per_s"], tracks.get("naive", {}).get("samples_per_s")

@@ -145,7 +145,7 @@ def run_workers(config: BenchConfig, ds: BenchDataset, workers: int) -> dict[str
 
 def run_scaling(config: BenchConfig, ds: BenchDataset) -> dict[str, Any]:
     """Every worker count of ``config.num_workers`` in ``config.rounds`` interleaved rounds
-    (the order rotated a step per round); the rows are :func:`scaling_rows`'."""
+    (the order rotated a step per round), in rows as :func:`scaling_rows` makes them."""
     counts = list(config.num_workers)
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     for order in rotated_rounds(counts, config.rounds):
