@@ -7,7 +7,7 @@ Run: ``python -m benchmarks.rss [--passes 50] [--episodes 3] [--budget 64MiB]``
 Three child processes (more when asked) run side by side, started together, each without
 ``MALLOC_ARENA_MAX``:
 
-- ``kept``: every pass runs to its end, so the pool keeps its fetch, rows and decode threads
+- ``kept``: every pass runs to its end, so the pool keeps its fetch, rows, decode and open threads
   for the next pass (what a training loop over epochs does);
 - ``per-pass``: every pass takes all its samples, then closes the iterator before it reports
   the end; a pass ended early stops its threads, so the next pass starts fresh ones (how

@@ -6,7 +6,8 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,11 +16,19 @@ import torch
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import ImageTransform, SampleBuilder
-from episodestream.decode import DecoderPool, open_decoder, resolve_backend
+from episodestream.datasets._waits import result_within
+from episodestream.decode import (
+    DecodeExecutor,
+    Decoder,
+    DecoderPool,
+    open_decoder,
+    resolve_backend,
+)
 from episodestream.errors import (
     BudgetError,
     ConfigError,
     DatasetFormatError,
+    DecodeError,
     LocationError,
     SamplingError,
 )
@@ -36,6 +45,12 @@ from episodestream.storage import BaseRangeReader, Location, RangeReader
 __all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
 
 logger = logging.getLogger(__name__)
+
+#: How long a decode thread waits for its decoder to be opened (opens queue on one thread;
+#: each takes milliseconds, the clip's bytes being in memory).
+OPEN_TIMEOUT_S = 120.0
+# opens waiting for the open thread: about one per decode thread, plus the map-style caller
+_OPENS_PENDING = 16
 
 # per camera: clip header bytes beyond the payload (ftyp + moov), bounded generously
 _CLIP_HEADER_BASE = 4096
@@ -63,6 +78,11 @@ class OpenedDataset:
     def close(self) -> None:
         if self.owns_reader:
             self.reader.close()
+
+
+def _close_abandoned(future: Future[Decoder]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
 
 
 def open_dataset(
@@ -290,6 +310,7 @@ class StreamEngine:
         )
         self._lock = threading.Lock()
         self._closed = False
+        self._opener: DecodeExecutor | None = None  # started by the first open
 
     def frames(
         self, resident: ResidentEpisode, camera: str, source_times_s: np.ndarray
@@ -297,6 +318,7 @@ class StreamEngine:
         """uint8 ``N x C x H x W`` frames of ``camera`` shown at source-file times."""
         clip = resident.clips[camera]
         key = (resident.episode, camera)
+        name = f"episode {resident.episode} / {camera}"
         options = self.options
 
         def open_clip():
@@ -305,16 +327,48 @@ class StreamEngine:
                 backend=options.decoder,
                 device=options.device,
                 threads=options.ffmpeg_threads,
-                name=f"episode {resident.episode} / {camera}",
+                name=name,
                 # from the manifest: spares the decoder a pass over the clip's packets
                 frame_times_s=clip.frame_times_s,
             )
 
-        with self.decoders.lease(key, open_clip) as decoder:
+        with self.decoders.lease(key, lambda: self._open_on_own_thread(open_clip, name)) as decoder:
             return decoder.frames_at(
                 np.asarray(source_times_s, dtype=np.float64) - clip.time_offset_s,
                 tolerance_s=options.tolerance_s,
             )
+
+    def _open_on_own_thread(self, open_clip: Callable[[], Decoder], name: str) -> Decoder:
+        """``open_clip()`` run on the engine's one open thread.
+
+        Why a thread of its own: torchcodec leaks a few small heap blocks at every decoder
+        open (strings passed through torch's stable ABI, pytorch/pytorch#191340), and glibc
+        places them in the opening thread's malloc arena. Opened on the decode threads, they
+        lay scattered among the frame buffers those threads allocate and free, each pinning
+        pages that ``malloc_trim`` cannot return, so RSS grew with every episode opened
+        (docs/BENCHMARKS.md, "Memory over 50 passes"). Here they sit beside decoder state.
+        """
+        with self._lock:
+            if self._closed:
+                raise DecodeError(f"{name}: the dataset's decoders are closed")
+            if self._opener is None:
+                self._opener = DecodeExecutor(
+                    1, max_pending=_OPENS_PENDING, name="episodestream-open"
+                )
+            opener = self._opener
+        future = opener.submit(open_clip)
+        try:
+            return result_within(
+                future,
+                OPEN_TIMEOUT_S,
+                lambda: DecodeError(f"{name}: decoder not opened within {OPEN_TIMEOUT_S:g} s"),
+            )
+        except CancelledError:
+            raise DecodeError(f"{name}: the dataset closed while its decoder opened") from None
+        except BaseException:
+            # given up (timeout, Ctrl-C): a decoder that opens after all must not stay open
+            future.add_done_callback(_close_abandoned)
+            raise
 
     def forget(self, episode: int) -> None:
         """Close the decoders of an episode that left (their clip bytes go with them)."""
@@ -328,3 +382,5 @@ class StreamEngine:
             self._closed = True
         self.cache.close()
         self.decoders.close()
+        if self._opener is not None:
+            self._opener.close()

@@ -1,0 +1,93 @@
+"""Decoders are opened on one thread of the dataset's own (``episodestream-open``), never on
+the decode threads or the caller: torchcodec leaks a few small heap blocks per open, which on
+the decode threads pinned pages among the frame buffers (docs/BENCHMARKS.md, "Memory over 50
+passes"). A wait for an open is bounded, and a decoder opened after its caller gave up is
+closed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import episodestream.datasets._engine as engine_module
+from episodestream import EpisodePoolDataset, EpisodeStreamDataset
+from episodestream.errors import DecodeError
+
+TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
+
+
+def _recording_opens(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[Any]:
+    """Wraps the engine's open_decoder: each open's thread name and decoder, in order."""
+    opens: list[Any] = []
+    real = engine_module.open_decoder
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(delay_s)
+        decoder = real(*args, **kwargs)
+        opens.append((threading.current_thread().name, decoder))
+        return decoder
+
+    monkeypatch.setattr(engine_module, "open_decoder", recorded)
+    return opens
+
+
+@pytest.mark.parametrize("decode_threads", [0, 2])
+def test_the_pool_opens_every_decoder_on_its_open_thread(
+    synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch, decode_threads
+) -> None:
+    opens = _recording_opens(monkeypatch)
+    with EpisodePoolDataset(
+        synthetic_av1,
+        cache_dir=datasets_cache_dir,
+        pool_size=3,
+        decode_threads=decode_threads,
+        image_dtype="uint8",
+    ) as dataset:
+        assert len(list(dataset)) == TOTAL_FRAMES
+        assert len(list(dataset)) == TOTAL_FRAMES  # a second pass: the same kept thread
+        threads = {t.name for t in threading.enumerate() if t.name.startswith("episodestream-")}
+        assert "episodestream-open-0" in threads
+    # two passes, each camera of each episode once (two decode threads that want one camera
+    # at the same moment may each open it)
+    assert len(opens) == 2 * 2 * 6 if decode_threads == 0 else len(opens) >= 2 * 2 * 6
+    assert {name for name, _ in opens} == {"episodestream-open-0"}
+    assert all(decoder.closed for _, decoder in opens)  # close() closed every one
+    names = {t.name for t in threading.enumerate()}
+    assert "episodestream-open-0" not in names  # and joined the open thread
+
+
+def test_the_map_style_dataset_opens_on_its_open_thread_not_the_caller(
+    synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opens = _recording_opens(monkeypatch)
+    with EpisodeStreamDataset(synthetic_av1, cache_dir=datasets_cache_dir) as dataset:
+        first = dataset[0]
+        assert first["observation.images.cam_high"].shape[0] == 3
+    assert [name for name, _ in opens] == ["episodestream-open-0"] * 2  # two cameras
+    assert threading.current_thread().name == "MainThread"
+
+
+def test_an_open_past_its_timeout_is_a_typed_error_and_its_decoder_is_closed(
+    synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opens = _recording_opens(monkeypatch, delay_s=1.5)
+    monkeypatch.setattr(engine_module, "OPEN_TIMEOUT_S", 0.3)
+    with EpisodeStreamDataset(synthetic_av1, cache_dir=datasets_cache_dir) as dataset:
+        with pytest.raises(
+            DecodeError,
+            match=r"episode 0 / observation\.images\.\w+: decoder not "
+            r"opened within 0\.3 s",
+        ):
+            dataset[0]
+        deadline = time.monotonic() + 10
+        while not opens and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the done-callback runs right after the open returns
+        ((thread, decoder),) = opens
+        assert thread == "episodestream-open-0"
+        assert decoder.closed  # nobody leased it: closed as soon as it opened
+        assert dataset.metrics()["decoders"].decoders == 0
