@@ -15,7 +15,7 @@ import pytest
 
 import episodestream.datasets._engine as engine_module
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
-from episodestream.errors import DecodeError
+from episodestream.errors import DecodeError, EpisodeStreamError
 
 TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
 
@@ -68,7 +68,6 @@ def test_the_map_style_dataset_opens_on_its_open_thread_not_the_caller(
         first = dataset[0]
         assert first["observation.images.cam_high"].shape[0] == 3
     assert [name for name, _ in opens] == ["episodestream-open-0"] * 2  # two cameras
-    assert threading.current_thread().name == "MainThread"
 
 
 def test_an_open_past_its_timeout_is_a_typed_error_and_its_decoder_is_closed(
@@ -83,11 +82,54 @@ def test_an_open_past_its_timeout_is_a_typed_error_and_its_decoder_is_closed(
             r"opened within 0\.3 s",
         ):
             dataset[0]
+        # the open finishes after the caller gave up; its decoder is then closed, unleased
         deadline = time.monotonic() + 10
-        while not opens and time.monotonic() < deadline:
+        while not (opens and opens[0][1].closed) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.2)  # the done-callback runs right after the open returns
         ((thread, decoder),) = opens
         assert thread == "episodestream-open-0"
-        assert decoder.closed  # nobody leased it: closed as soon as it opened
+        assert decoder.closed
         assert dataset.metrics()["decoders"].decoders == 0
+
+
+def test_closing_while_opens_are_queued_ends_every_wait_at_once(
+    synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _recording_opens(monkeypatch, delay_s=1.0)
+    submitted: list[str] = []
+    real_submit = engine_module.StreamEngine._open_on_own_thread
+
+    def counted(self: Any, open_clip: Any, name: str) -> Any:
+        submitted.append(name)
+        return real_submit(self, open_clip, name)
+
+    monkeypatch.setattr(engine_module.StreamEngine, "_open_on_own_thread", counted)
+    dataset = EpisodeStreamDataset(synthetic_av1, cache_dir=datasets_cache_dir)
+    dataset[0]  # the engine, its open thread and episode 0's decoders exist
+    errors: list[BaseException] = []
+
+    def sample(index: int) -> None:
+        try:
+            dataset[index]
+        except BaseException as error:  # collected for the assertions below
+            errors.append(error)
+
+    # two other episodes at once: one open runs on the open thread, the other waits in its queue
+    callers = [threading.Thread(target=sample, args=(i,)) for i in (30, 60)]
+    for caller in callers:
+        caller.start()
+    deadline = time.monotonic() + 10
+    while len(submitted) < 4 and time.monotonic() < deadline:  # 2 cameras of episode 0, then 2
+        time.sleep(0.01)
+    assert len(submitted) == 4, submitted
+    time.sleep(0.2)  # into the queue; the running open still has most of its second to go
+    started = time.monotonic()
+    dataset.close()
+    for caller in callers:
+        caller.join(10)
+    # not the open timeout (60 s): the queued open ends with the close, the running one with it
+    assert time.monotonic() - started < 5
+    assert not any(caller.is_alive() for caller in callers)
+    assert len(errors) == 2 and all(isinstance(e, EpisodeStreamError) for e in errors), errors
+    assert any("closed while its decoder opened" in str(e) for e in errors), errors
+    assert [t.name for t in threading.enumerate() if t.name.startswith("episodestream")] == []

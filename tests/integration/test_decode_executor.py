@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -125,6 +126,26 @@ def test_close_cancels_queued_calls_waits_for_running_ones_and_joins() -> None:
     with pytest.raises(DecodeError, match="closed"):
         executor.submit(lambda: None)
     executor.close()  # idempotent
+
+
+def test_a_call_cancelled_by_close_wakes_whoever_waits_on_it() -> None:
+    blocked, started, release = _blocking("finished")
+    executor = DecodeExecutor(1, max_pending=4, name="t-wake")
+    running = executor.submit(blocked)
+    assert started.wait(_WAIT_S)
+    queued = executor.submit(lambda: "never")
+    closer = threading.Thread(target=executor.close)
+    closer.start()
+    try:
+        # concurrent.futures.wait (what the datasets' bounded waits use) must see the
+        # cancellation at once, not sit out its timeout
+        done, _ = concurrent.futures.wait([queued], timeout=5.0)
+        assert queued in done and queued.cancelled()
+    finally:
+        release.set()
+        closer.join(_WAIT_S)
+    assert running.result(0) == "finished"
+    assert _python_threads("t-wake") == []
 
 
 def test_close_without_cancel_runs_what_was_queued() -> None:

@@ -46,9 +46,10 @@ __all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
 
 logger = logging.getLogger(__name__)
 
-#: How long a decode thread waits for its decoder to be opened (opens queue on one thread;
-#: each takes milliseconds, the clip's bytes being in memory).
-OPEN_TIMEOUT_S = 120.0
+#: How long a decode thread waits for its decoder to be opened, once the open is queued (opens
+#: queue on one thread; each takes milliseconds, the clip's bytes being in memory). Below the
+#: pool's wait for a sample, so that a stuck open is reported as such.
+OPEN_TIMEOUT_S = 60.0
 # opens waiting for the open thread: about one per decode thread, plus the map-style caller
 _OPENS_PENDING = 16
 
@@ -366,8 +367,10 @@ class StreamEngine:
         except CancelledError:
             raise DecodeError(f"{name}: the dataset closed while its decoder opened") from None
         except BaseException:
-            # given up (timeout, Ctrl-C): a decoder that opens after all must not stay open
-            future.add_done_callback(_close_abandoned)
+            # given up (timeout, Ctrl-C): an open still queued is dropped; one under way that
+            # finishes after all must not leave its decoder open
+            if not future.cancel():
+                future.add_done_callback(_close_abandoned)
             raise
 
     def forget(self, episode: int) -> None:

@@ -129,8 +129,8 @@ class _PoolMetrics:
 
 
 class _PassThreads:
-    """One process's fetch, rows and decode threads and the engine they serve, kept from one
-    pass (epoch) to the next.
+    """One process's fetch, rows and decode threads and the engine they serve (with its
+    decoder-open thread), kept from one pass (epoch) to the next.
 
     Fresh threads every pass made glibc give each new thread a malloc arena of its own, and
     RSS grew by a few MiB per pass; kept threads keep their arenas, so memory stays flat.
@@ -211,10 +211,11 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
     run, ``load_state_dict(state)`` before iterating: the iteration yields exactly the samples
     the interrupted one had not delivered, in the same order. Call ``set_epoch(e)`` each epoch.
 
-    Threads: an iteration that runs to its end keeps this process's fetch, rows and decode
-    threads for the next one (in persistent DataLoader workers too): no epoch starts fresh
-    threads, which glibc gave fresh malloc arenas. One ended early (``break``, an error) stops
-    them. ``close()`` joins them all, as does dropping the dataset or leaving the interpreter.
+    Threads: an iteration that runs to its end keeps this process's fetch, rows, decode and
+    decoder-open threads for the next one (in persistent DataLoader workers too): no epoch
+    starts fresh threads, which glibc gave fresh malloc arenas. One ended early (``break``, an
+    error) stops them. ``close()`` joins them all, as does dropping the dataset or leaving the
+    interpreter.
 
     ``unit="window"`` (DESIGN.md, "Decode once (window pool)") makes the resident unit a window
     of ``window_frames`` consecutive frames of one episode (all cameras), decoded once, in
@@ -801,7 +802,7 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         return result
 
     def close(self) -> None:
-        """Stop this process's fetch, rows and decode threads (those of a pass running now
+        """Stop this process's fetch, rows, decode and open threads (those of a pass running now
         and those kept for the next pass) and close its connections."""
         with self._guard():
             self._closes += 1

@@ -199,8 +199,10 @@ class DecodeExecutor(Closing):
                 break
             if item is _STOP:
                 stops += 1
-            else:
-                item[0].cancel()
+            elif item[0].cancel():
+                # cancel() alone wakes result() but not concurrent.futures.wait(): notify
+                # those waiters too, or they sit out their whole timeout
+                item[0].set_running_or_notify_cancel()
         for _ in range(stops):  # keep stop markers for workers that have not seen one
             try:
                 self._queue.put_nowait(_STOP)
