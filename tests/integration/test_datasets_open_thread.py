@@ -20,6 +20,10 @@ from episodestream.errors import DecodeError, EpisodeStreamError
 TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
 
 
+def _ours() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("episodestream")}
+
+
 def _recording_opens(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[Any]:
     """Wraps the engine's open_decoder: each open's thread name and decoder, in order."""
     opens: list[Any] = []
@@ -40,6 +44,7 @@ def test_the_pool_opens_every_decoder_on_its_open_thread(
     synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch, decode_threads
 ) -> None:
     opens = _recording_opens(monkeypatch)
+    before = _ours()  # other tests' session fixtures may run threads of their own
     with EpisodePoolDataset(
         synthetic_av1,
         cache_dir=datasets_cache_dir,
@@ -49,15 +54,13 @@ def test_the_pool_opens_every_decoder_on_its_open_thread(
     ) as dataset:
         assert len(list(dataset)) == TOTAL_FRAMES
         assert len(list(dataset)) == TOTAL_FRAMES  # a second pass: the same kept thread
-        threads = {t.name for t in threading.enumerate() if t.name.startswith("episodestream-")}
-        assert "episodestream-open-0" in threads
+        assert "episodestream-open-0" in {t.name for t in _ours() - before}
     # two passes, each camera of each episode once (two decode threads that want one camera
     # at the same moment may each open it)
     assert len(opens) == 2 * 2 * 6 if decode_threads == 0 else len(opens) >= 2 * 2 * 6
     assert {name for name, _ in opens} == {"episodestream-open-0"}
     assert all(decoder.closed for _, decoder in opens)  # close() closed every one
-    names = {t.name for t in threading.enumerate()}
-    assert "episodestream-open-0" not in names  # and joined the open thread
+    assert _ours() - before == set()  # and joined the open thread
 
 
 def test_the_map_style_dataset_opens_on_its_open_thread_not_the_caller(
@@ -104,6 +107,7 @@ def test_closing_while_opens_are_queued_ends_every_wait_at_once(
         return real_submit(self, open_clip, name)
 
     monkeypatch.setattr(engine_module.StreamEngine, "_open_on_own_thread", counted)
+    before = _ours()  # other tests' session fixtures (a WAN emulator, say) may run threads
     dataset = EpisodeStreamDataset(synthetic_av1, cache_dir=datasets_cache_dir)
     dataset[0]  # the engine, its open thread and episode 0's decoders exist
     errors: list[BaseException] = []
@@ -132,4 +136,4 @@ def test_closing_while_opens_are_queued_ends_every_wait_at_once(
     assert not any(caller.is_alive() for caller in callers)
     assert len(errors) == 2 and all(isinstance(e, EpisodeStreamError) for e in errors), errors
     assert any("closed while its decoder opened" in str(e) for e in errors), errors
-    assert [t.name for t in threading.enumerate() if t.name.startswith("episodestream")] == []
+    assert _ours() - before == set()
