@@ -66,13 +66,13 @@ void lb_start(void) {
   enabled = 1;
 }
 void lb_pass(int e) { epoch_now = e; }
-/* live blocks with size in [lo, hi], allocated from pass 1 on by threads other than the main one */
-void lb_dump(const char *path, size_t lo, size_t hi) {
+/* live blocks allocated from pass 1 on by threads other than the main one */
+void lb_dump(const char *path) {
   inside = 1;
   FILE *f = fopen(path, "w");
   pthread_mutex_lock(&mu);
   for (uint32_t i = 0; i < CAP; i++) {
-    Ent *e = &tab[i]; if (e->p <= 1 || e->size < lo || e->size > hi || e->epoch < 1 || e->tid == getpid()) continue;
+    Ent *e = &tab[i]; if (e->p <= 1 || e->epoch < 1 || e->tid == getpid()) continue;
     fprintf(f, "%d %d %zu %lx", e->tid, e->epoch, e->size, (unsigned long)e->p);
     for (int k = 0; k < DEPTH && e->bt[k]; k++) {
       Dl_info d; if (dladdr(e->bt[k], &d) && d.dli_fname) {

@@ -38,31 +38,21 @@ _CHILD_TIMEOUT_S = 1800.0
 def _child(passes: int, out: Path, open_on_decode_threads: bool) -> None:
     shim = ctypes.CDLL(None)  # the preloaded shim's symbols are global
     shim.lb_start()
-    from episodestream.datasets import EpisodePoolDataset, _engine
+    from benchmarks.rss import demo_pool
+    from episodestream.datasets import _engine
     from episodestream.decode import heap_trimmer
-    from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
     if open_on_decode_threads:
         _engine.StreamEngine._open_on_own_thread = lambda self, open_clip, name: open_clip()
-    root = ensure_synthetic_dataset(DEMO_SPEC)
     heap_trimmer().enabled = False
-    with EpisodePoolDataset(
-        root,
-        episodes=range(3),
-        pool_size=2,
-        prefetch_episodes=1,
-        byte_budget="64MiB",
-        image_dtype="uint8",
-        decode_threads=2,
-    ) as dataset:
+    with demo_pool() as dataset:
         for number in range(1, passes + 1):
             shim.lb_pass(number)
             dataset.set_epoch(number)
-            for _ in dataset:
-                pass
+            assert sum(1 for _ in dataset) == len(dataset)
             gc.collect()
         names = {t.native_id: t.name for t in threading.enumerate()}
-        shim.lb_dump(str(out).encode(), ctypes.c_size_t(0), ctypes.c_size_t(2**62))
+        shim.lb_dump(str(out).encode())
     (out.with_suffix(".threads.json")).write_text(json.dumps(names))
 
 

@@ -52,7 +52,7 @@ from episodestream.datasets import EpisodePoolDataset, parse_bytes
 from episodestream.decode import heap_trimmer
 from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
-__all__ = ["RssPass", "ThreadMode", "measure_rss_passes"]
+__all__ = ["RssPass", "ThreadMode", "demo_pool", "measure_rss_passes"]
 
 logger = logging.getLogger(__name__)
 ThreadMode = Literal["kept", "per-pass"]
@@ -121,6 +121,23 @@ class RssPass:
     minor_faults_per_sample: float
 
 
+def demo_pool(
+    *, episodes: int = 3, budget: str = "64MiB", cache_dir: str | None = None
+) -> EpisodePoolDataset:
+    """The pool every pass of this benchmark runs: the demo dataset's first ``episodes``,
+    pool 2, prefetch 1, 2 decode threads, uint8."""
+    return EpisodePoolDataset(
+        ensure_synthetic_dataset(DEMO_SPEC),
+        episodes=range(episodes),
+        pool_size=2,
+        prefetch_episodes=1,
+        byte_budget=budget,
+        image_dtype="uint8",
+        decode_threads=2,
+        cache_dir=cache_dir,
+    )
+
+
 def measure_rss_passes(
     *,
     passes: int = 50,
@@ -135,20 +152,10 @@ def measure_rss_passes(
     ``trim=False`` turns the process's heap trimmer off (decode/_heap.py);
     ``trim_at_pass_end`` also trims once the pass has ended (``heap_trimmer().trim_now()``,
     inside the pass's CPU time), as a pool could do at each pass end."""
-    root = ensure_synthetic_dataset(DEMO_SPEC)
     heap_trimmer().enabled = trim
     process = psutil.Process()
     results = []
-    with EpisodePoolDataset(
-        root,
-        episodes=range(episodes),
-        pool_size=2,
-        prefetch_episodes=1,
-        byte_budget=budget,
-        image_dtype="uint8",
-        decode_threads=2,
-        cache_dir=cache_dir,
-    ) as dataset:
+    with demo_pool(episodes=episodes, budget=budget, cache_dir=cache_dir) as dataset:
         per_epoch = len(dataset)
         for epoch in range(passes):
             dataset.set_epoch(epoch)

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from episodestream import EpisodePoolDataset
+from tests.support.threads import episodestream_threads
 
 TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
 FETCH_WORKERS = 2
@@ -31,10 +32,6 @@ def _pool(root: Path, cache_dir: Path, **kwargs: Any) -> EpisodePoolDataset:
     kwargs.setdefault("fetch_workers", FETCH_WORKERS)
     kwargs.setdefault("image_dtype", "uint8")
     return EpisodePoolDataset(root, cache_dir=cache_dir, **kwargs)
-
-
-def _ours() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("episodestream")}
 
 
 def _described(threads: set[threading.Thread]) -> set[tuple[str, int | None]]:
@@ -53,7 +50,7 @@ def _kinds(threads: set[threading.Thread]) -> dict[str, int]:
 def test_epochs_reuse_the_same_threads_and_close_joins_them(
     synthetic_av1: Path, datasets_cache_dir: Path, unit: str
 ) -> None:
-    before = _ours()
+    before = episodestream_threads()
     dataset = _pool(synthetic_av1, datasets_cache_dir, unit=unit, window_frames=4)
     after_epoch: list[set[threading.Thread]] = []
     orders = []
@@ -62,7 +59,7 @@ def test_epochs_reuse_the_same_threads_and_close_joins_them(
         order = [int(sample["index"]) for sample in dataset]
         assert sorted(order) == list(range(TOTAL_FRAMES)), epoch  # every frame once
         orders.append(order)
-        after_epoch.append(_ours() - before)
+        after_epoch.append(episodestream_threads() - before)
     assert len(set(map(tuple, orders))) == 5  # each epoch its own order
     kept = after_epoch[1]
     assert _kinds(kept) == {
@@ -78,7 +75,7 @@ def test_epochs_reuse_the_same_threads_and_close_joins_them(
     dataset.close()
     # close() returned: every one has been joined, none is left to wind down later
     assert [t.name for t in kept if t.is_alive()] == []
-    assert _ours() - before == set()
+    assert episodestream_threads() - before == set()
 
 
 def test_metrics_describe_the_current_pass_not_the_sum_of_passes(
@@ -102,31 +99,31 @@ def test_metrics_describe_the_current_pass_not_the_sum_of_passes(
 def test_an_epoch_ended_early_stops_its_threads_and_the_next_starts_afresh(
     synthetic_av1: Path, datasets_cache_dir: Path
 ) -> None:
-    before = _ours()
+    before = episodestream_threads()
     with _pool(synthetic_av1, datasets_cache_dir) as dataset:
         assert len(list(dataset)) == TOTAL_FRAMES
-        kept = _ours() - before
+        kept = episodestream_threads() - before
         assert _kinds(kept)["fetch"] == FETCH_WORKERS
         for number, _ in enumerate(dataset):
             if number == 10:
                 break  # the kept threads served this pass; it ended early: they stop
         gc.collect()
         assert [t.name for t in kept if t.is_alive()] == []
-        assert _ours() - before == set()
+        assert episodestream_threads() - before == set()
         dataset.set_epoch(1)
         assert sorted(int(s["index"]) for s in dataset) == list(range(TOTAL_FRAMES))
-        fresh = _ours() - before
+        fresh = episodestream_threads() - before
         assert _kinds(fresh) == _kinds(kept) and not fresh & kept
-    assert _ours() - before == set()
+    assert episodestream_threads() - before == set()
 
 
 def test_a_dataset_dropped_after_an_epoch_joins_its_kept_threads(
     synthetic_av1: Path, datasets_cache_dir: Path
 ) -> None:
-    before = _ours()
+    before = episodestream_threads()
     dataset = _pool(synthetic_av1, datasets_cache_dir)
     assert len(list(dataset)) == TOTAL_FRAMES
-    kept = _ours() - before
+    kept = episodestream_threads() - before
     assert _kinds(kept)["pool"] == DECODE_THREADS
     del dataset
     gc.collect()
@@ -138,7 +135,7 @@ def _census_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     batch = torch.utils.data.default_collate(samples)
     info = get_worker_info()
     assert info is not None
-    threads = sorted(_described(_ours()), key=repr)
+    threads = sorted(_described(episodestream_threads()), key=repr)
     batch["census"] = (info.id, os.getpid(), threads)
     return batch
 
@@ -146,11 +143,11 @@ def _census_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def test_persistent_workers_keep_their_threads_and_cover_every_epoch(
     synthetic_av1: Path, datasets_cache_dir: Path
 ) -> None:
-    before = _ours()
+    before = episodestream_threads()
     with _pool(synthetic_av1, datasets_cache_dir, decode_threads=1) as dataset:
         # this process iterates first: its kept threads must not reach the forked workers
         assert len(list(dataset)) == TOTAL_FRAMES
-        parent = _ours() - before
+        parent = episodestream_threads() - before
         loader = DataLoader(
             dataset,
             batch_size=4,
@@ -185,5 +182,5 @@ def test_persistent_workers_keep_their_threads_and_cover_every_epoch(
         # the parent's kept threads were never closed by a worker and serve its next pass
         assert all(t.is_alive() for t in parent)
         assert len(list(dataset)) == TOTAL_FRAMES
-        assert _described(_ours() - before) == _described(parent)
-    assert _ours() - before == set()
+        assert _described(episodestream_threads() - before) == _described(parent)
+    assert episodestream_threads() - before == set()

@@ -16,12 +16,9 @@ import pytest
 import episodestream.datasets._engine as engine_module
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.errors import DecodeError, EpisodeStreamError
+from tests.support.threads import episodestream_threads
 
 TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
-
-
-def _ours() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("episodestream")}
 
 
 def _recording_opens(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0) -> list[Any]:
@@ -44,7 +41,7 @@ def test_the_pool_opens_every_decoder_on_its_open_thread(
     synthetic_av1: Path, datasets_cache_dir: Path, monkeypatch: pytest.MonkeyPatch, decode_threads
 ) -> None:
     opens = _recording_opens(monkeypatch)
-    before = _ours()  # other tests' session fixtures may run threads of their own
+    before = episodestream_threads()
     with EpisodePoolDataset(
         synthetic_av1,
         cache_dir=datasets_cache_dir,
@@ -54,13 +51,13 @@ def test_the_pool_opens_every_decoder_on_its_open_thread(
     ) as dataset:
         assert len(list(dataset)) == TOTAL_FRAMES
         assert len(list(dataset)) == TOTAL_FRAMES  # a second pass: the same kept thread
-        assert "episodestream-open-0" in {t.name for t in _ours() - before}
+        assert "episodestream-open-0" in {t.name for t in episodestream_threads() - before}
     # two passes, each camera of each episode once (two decode threads that want one camera
     # at the same moment may each open it)
     assert len(opens) == 2 * 2 * 6 if decode_threads == 0 else len(opens) >= 2 * 2 * 6
     assert {name for name, _ in opens} == {"episodestream-open-0"}
     assert all(decoder.closed for _, decoder in opens)  # close() closed every one
-    assert _ours() - before == set()  # and joined the open thread
+    assert episodestream_threads() - before == set()  # and joined the open thread
 
 
 def test_the_map_style_dataset_opens_on_its_open_thread_not_the_caller(
@@ -107,7 +104,7 @@ def test_closing_while_opens_are_queued_ends_every_wait_at_once(
         return real_submit(self, open_clip, name)
 
     monkeypatch.setattr(engine_module.StreamEngine, "_open_on_own_thread", counted)
-    before = _ours()  # other tests' session fixtures (a WAN emulator, say) may run threads
+    before = episodestream_threads()
     dataset = EpisodeStreamDataset(synthetic_av1, cache_dir=datasets_cache_dir)
     dataset[0]  # the engine, its open thread and episode 0's decoders exist
     errors: list[BaseException] = []
@@ -127,13 +124,12 @@ def test_closing_while_opens_are_queued_ends_every_wait_at_once(
         time.sleep(0.01)
     assert len(submitted) == 4, submitted
     time.sleep(0.2)  # into the queue; the running open still has most of its second to go
-    started = time.monotonic()
+    # not the open timeout (60 s): the queued open ends with the close, the running one with it
+    deadline = time.monotonic() + 5
     dataset.close()
     for caller in callers:
-        caller.join(10)
-    # not the open timeout (60 s): the queued open ends with the close, the running one with it
-    assert time.monotonic() - started < 5
+        caller.join(max(0.0, deadline - time.monotonic()))
     assert not any(caller.is_alive() for caller in callers)
     assert len(errors) == 2 and all(isinstance(e, EpisodeStreamError) for e in errors), errors
     assert any("closed while its decoder opened" in str(e) for e in errors), errors
-    assert _ours() - before == set()
+    assert episodestream_threads() - before == set()

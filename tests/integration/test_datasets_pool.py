@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.errors import SamplingError
 from episodestream.sampling import WorkerSlot, split_budget
+from tests.support.threads import episodestream_threads
 
 TOTAL_FRAMES = 104  # synthetic_av1: 6 episodes of 8..20 frames, 2 cameras
 BUDGET = "32MiB"
@@ -34,10 +35,6 @@ def _pool(root: Path | str, cache_dir: Path, **kwargs: Any) -> EpisodePoolDatase
 def _loader_indices(dataset: EpisodePoolDataset, **loader_kwargs: Any) -> list[int]:
     loader = DataLoader(dataset, **loader_kwargs)
     return [int(i) for batch in loader for i in torch.atleast_1d(batch["index"]).tolist()]
-
-
-def _episode_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("episodestream")}
 
 
 @pytest.fixture(scope="module")
@@ -236,19 +233,19 @@ def test_closing_an_iteration_midway_stops_every_thread(
     synthetic_av1: Path, http_publish: Any, datasets_cache_dir: Path, source: str
 ) -> None:
     root = str(synthetic_av1) if source == "local" else http_publish(synthetic_av1)
-    before = _episode_threads()  # other tests' long-lived threads, if any
+    before = episodestream_threads()  # other tests' long-lived threads, if any
     dataset = _pool(root, datasets_cache_dir, decode_threads=2, prefetch_episodes=3)
     iterator = iter(dataset)
     for _ in range(7):
         next(iterator)
-    started = sorted(t.name for t in _episode_threads() - before)
+    started = sorted(t.name for t in episodestream_threads() - before)
     assert any("fetch" in name for name in started), started
     assert any("pool" in name for name in started), started
     iterator.close()
-    left = sorted(t.name for t in _episode_threads() - before)
+    left = sorted(t.name for t in episodestream_threads() - before)
     assert not [name for name in left if "fetch" in name or "pool" in name], left
     dataset.close()  # the reader's connection threads (HTTP) go with the dataset
-    assert sorted(t.name for t in _episode_threads() - before) == []
+    assert sorted(t.name for t in episodestream_threads() - before) == []
 
 
 def _peak_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -333,7 +330,7 @@ def test_inline_decoding_keeps_samples_and_starts_no_decode_thread(
     decodes in the iterating thread: the same samples, in the same order, and no decode
     thread, in process and in each worker."""
     deltas = {"observation.images.cam_high": [-2 / 30, 0.0], "action": [0.0, 3 / 30]}
-    before = _episode_threads()
+    before = episodestream_threads()
     with (
         _pool(
             synthetic_av1, datasets_cache_dir, delta_timestamps=deltas, decode_threads=0
@@ -347,7 +344,7 @@ def test_inline_decoding_keeps_samples_and_starts_no_decode_thread(
         threaded.set_epoch(1)
         iterator = iter(inline)
         first = next(iterator)
-        started = sorted(t.name for t in _episode_threads() - before)
+        started = sorted(t.name for t in episodestream_threads() - before)
         assert any("fetch" in name for name in started), started
         assert not [name for name in started if "pool" in name], started
         samples = [first, *iterator]
