@@ -207,6 +207,8 @@ def test_ratios_and_rates_are_positive(bench_run: tuple[BenchReport, int]) -> No
         assert track["samples_per_s"] > 0, name
         assert track["time_to_first_sample_s"] > 0, name
     assert report.decode["open_ms_mean"] > 0
+    assert report.decode["open_cpu_ms_median"] > 0
+    assert report.tracks["local"]["open_cpu_ms_median"] > 0
     assert report.decode["random_decode_samples_per_s"] > 0
     assert report.fetch["mib_per_s"] > 0 and report.fetch["episodes_per_s"] > 0
     assert (

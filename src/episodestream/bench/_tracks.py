@@ -573,10 +573,12 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
             backend=config.decoder,
             threads=config.ffmpeg_threads,
             name=f"episode {episode} / {camera}",
+            frame_times_s=clip.frame_times_s,  # as STREAM opens them (datasets/_engine.py)
         )
 
     # open cost: every resident clip once; the decoders then stay open for both passes
     opens: list[float] = []
+    open_cpu: list[float] = []
     decoders: dict[tuple[int, str], Decoder] = {}
     locks = {(e, c): threading.Lock() for e in residents for c in cameras}
 
@@ -596,7 +598,9 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         for episode in residents:
             for camera in cameras:
                 started = time.perf_counter()
+                cpu_started = time.thread_time()
                 decoders[(episode, camera)] = open_clip(episode, camera)
+                open_cpu.append(time.thread_time() - cpu_started)
                 opens.append(time.perf_counter() - started)
         # one thread: the pure cost of a random sample
         single = [decode_one(int(i)) for i in picks]
@@ -615,6 +619,8 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         "resident_episodes": len(residents),
         "open_ms_mean": 1000.0 * float(np.mean(opens)),
         "open_ms_median": 1000.0 * float(np.median(opens)),
+        # this thread's CPU: comparable with LOCAL's, whose opens share the machine with decoding
+        "open_cpu_ms_median": 1000.0 * float(np.median(open_cpu)),
         "opens": len(opens),
         "ms_per_sample_mean": float(per_sample.mean()),
         "ms_per_sample_median": float(np.median(per_sample)),
@@ -688,11 +694,14 @@ def run_file_track(
     rows = _Rows(rows_reader, ds) if rows_reader is not None else None
     float_images = config.image_dtype == "float32"
     opens: list[float] = []
+    open_cpu: list[float] = []
 
     def opener(path: str) -> Callable[[], Any]:
         def open_now() -> Any:
             started = time.perf_counter()
+            cpu_started = time.thread_time()
             decoder = open_file(path)
+            open_cpu.append(time.thread_time() - cpu_started)
             opens.append(time.perf_counter() - started)
             return decoder
 
@@ -747,6 +756,7 @@ def run_file_track(
         "files": files,
         "decoder_opens": len(opens),
         "open_ms_mean": 1000.0 * float(np.mean(opens)) if opens else None,
+        "open_cpu_ms_median": 1000.0 * float(np.median(open_cpu)) if open_cpu else None,
         "decoders": stats,
         "memory": sampler.memory(),
     }
