@@ -16,13 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from episodestream.bench import BenchReport, format_report
 from episodestream.bench._bench import _cpu_ratios, _median
 from episodestream.bench._measure import Progress, process_figures, rotated_rounds
 from episodestream.bench._scaling import default_worker_counts, scaling_rows
-from episodestream.bench._tracks import failure_figures, http_figures
+from episodestream.bench._tracks import _device_vs_cpu, failure_figures, http_figures
 from episodestream.cli import main
+from episodestream.errors import ConfigError, DecodeError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.storage import HttpRangeReader, LocalRangeReader, RetryPolicy
 from tests.plugins.storage import Fault, FaultServer
@@ -108,6 +110,9 @@ def test_floor_decodes_every_frame_of_the_sequence_once(
     floor = report.tracks["floor"]
     cameras = len(report.dataset["cameras"])
     assert floor["samples"] == report.sequence["samples"] == SAMPLES
+    # the CPU by default: no device comparison, and the header names no device
+    assert floor["device"] == report.config["device"] == report.decode["device"] == "cpu"
+    assert "device_vs_cpu" not in report.decode and " on cpu" not in text
     assert floor["decoded_frames"] == SAMPLES * cameras
     assert floor["image_dtype"] == "uint8"
     # uint8: one byte per channel value of every decoded frame
@@ -411,3 +416,109 @@ def test_num_workers_alone_means_up_to_the_cores(tmp_path: Path) -> None:
     assert config_from_args(listed, listed.root).num_workers == (4, 1)  # as given, once each
     absent = parser.parse_args(["bench", str(tmp_path)])
     assert config_from_args(absent, absent.root).num_workers == ()
+
+
+def test_a_device_is_checked_before_anything_runs(
+    lerobot_fixture_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from episodestream.cli import build_parser
+    from episodestream.cli._bench import config_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["bench", str(tmp_path), "--device", "cpu"])
+    assert config_from_args(args, args.root).device == "cpu"
+    # as on a machine without a GPU, whatever this one has
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = parser.parse_args(["bench", str(tmp_path), "--device", "cuda:0"])
+    with pytest.raises(ConfigError, match=r"device='cuda:0'.*sees no CUDA device"):
+        config_from_args(args, args.root)
+    base = [str(lerobot_fixture_root), "--cache-dir", str(tmp_path), "--no-progress"]
+    for extra, message in (
+        (["--device", "cuda"], "sees no CUDA device"),
+        (["--device", "gpu"], "device must be 'cpu' or 'cuda[:N]'"),
+        (["--device", "cuda", "--decoder", "pyav"], "PyAV backend decodes on the CPU only"),
+        (["--device", "cuda", "--num-workers", "2"], "forked"),
+        (["--device", "cuda", "--unit", "window"], "--unit window decodes on the CPU only"),
+    ):
+        assert main(["bench", *base, *extra]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+    assert not list(tmp_path.iterdir())  # refused before a sidecar was built
+
+
+def test_device_frames_are_compared_with_the_cpus_level_by_level() -> None:
+    """The decode table's comparison: every pick's frames on both devices, per camera and
+    episode; the mean and largest absolute difference in levels over all of them."""
+    from types import SimpleNamespace
+
+    episodes = np.array([4, 7, 4, 7, 7])
+    ds = SimpleNamespace(sequence=SimpleNamespace(episodes=episodes), cameras=("top", "side"))
+    calls = []
+
+    def frames_on(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
+        calls.append((episode, camera, rows.tolist(), device))
+        frames = torch.full((len(rows), 3, 2, 2), 100, dtype=torch.uint8)
+        if device == "cuda" and camera == "side":
+            frames[:, 0, 0, 0] = 103 if episode == 7 else 99  # 3 and 1 levels off, one value each
+        return frames
+
+    picks = np.array([0, 1, 2, 3, 4])
+    agreement = _device_vs_cpu(ds, picks, "cuda", frames_on)
+    assert agreement["frames"] == 2 * 5  # two cameras, five samples
+    assert agreement["max_abs_levels"] == 3
+    # side: episode 4 has 2 frames 1 level off, episode 7 has 3 frames 3 levels off
+    assert agreement["mean_abs_levels"] == pytest.approx((2 * 1 + 3 * 3) / (10 * 12))
+    assert ("top", "cuda") in {(c, d) for _, c, _, d in calls}
+    assert (7, "side", [1, 3, 4], "cpu") in calls
+
+    def wrong_size(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
+        size = 4 if device == "cuda" else 2
+        return torch.zeros((len(rows), 3, size, size), dtype=torch.uint8)
+
+    with pytest.raises(DecodeError, match=r"episode 4 / top: cuda decoded frames of shape"):
+        _device_vs_cpu(ds, picks, "cuda", wrong_size)
+
+
+def test_decode_table_compares_a_devices_frames_with_fresh_cpu_decoders(
+    lerobot_fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device path of the decode table, run here with the CPU standing in for the GPU:
+    every picked sample's frames are decoded again on both "devices" from the resident clips
+    (at the clips' own times), so the comparison finds them equal, frame for frame."""
+    from episodestream.bench import BenchConfig, _tracks
+    from episodestream.bench._sequence import open_bench_dataset
+    from episodestream.decode import open_decoder
+
+    devices: list[str] = []
+
+    def open_on_the_cpu(*args, device: str = "cpu", **kwargs):
+        devices.append(str(device))
+        return open_decoder(*args, device="cpu", **kwargs)
+
+    monkeypatch.setattr(_tracks, "open_decoder", open_on_the_cpu)
+    monkeypatch.setattr(_tracks, "synchronize", lambda device: devices.append(f"sync {device}"))
+    config = BenchConfig(
+        root=str(lerobot_fixture_root),
+        decode_samples=6,
+        cache_dir=str(tmp_path),
+        progress=False,
+    )
+    ds = open_bench_dataset(config)
+    _, fetched = _tracks.run_fetch(config, ds, None)
+    object.__setattr__(config, "device", "cuda")  # past the check: no GPU here
+    try:
+        decode = _tracks.run_decode(config, ds, fetched)
+    finally:
+        fetched.close()
+    cameras = len(ds.cameras)
+    assert decode["device"] == "cuda"
+    assert decode["device_vs_cpu"] == {
+        "frames": 6 * cameras,
+        "mean_abs_levels": 0.0,
+        "max_abs_levels": 0,
+    }
+    assert "sync cuda" in devices
+    # the timed decoders on the device, then each compared clip once on each
+    assert devices.count("cpu") == devices.count("cuda") - decode["opens"] > 0

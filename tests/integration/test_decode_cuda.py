@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from episodestream import EpisodeStreamDataset
+from episodestream.bench import BenchConfig, format_report, run_bench
 
 pytestmark = [pytest.mark.needs_cuda, pytest.mark.timeout(600)]
 
@@ -47,3 +48,31 @@ def test_cuda_samples_equal_the_cpu_path(
             for key in (k for k in theirs if not k.startswith(IMAGE_PREFIX)):
                 if isinstance(theirs[key], torch.Tensor):
                     assert torch.equal(ours[key].cpu(), theirs[key]), key
+
+
+def test_bench_decodes_on_cuda_and_compares_with_the_cpu(
+    synthetic_h264: Path, datasets_cache_dir: Path
+) -> None:
+    samples = 60
+    report = run_bench(
+        BenchConfig(
+            root=str(synthetic_h264),
+            tracks=("stream", "local", "floor"),
+            samples=samples,
+            keepup_samples=0,
+            decode_samples=12,
+            decoder="torchcodec",
+            device="cuda",
+            cache_dir=str(datasets_cache_dir),
+            progress=False,
+        )
+    )
+    for name in ("stream", "local", "floor"):
+        assert report.tracks[name]["samples"] == samples, name
+    assert report.tracks["stream"]["sequence_matches"]
+    assert report.tracks["floor"]["device"] == report.decode["device"] == "cuda"
+    agreement = report.decode["device_vs_cpu"]
+    assert agreement["frames"] == 12 * len(report.dataset["cameras"])
+    assert agreement["mean_abs_levels"] <= MAX_MEAN_ABS_LEVELS
+    assert agreement["max_abs_levels"] <= MAX_ABS_LEVELS
+    assert "on cuda (LEROBOT and NAIVE on the CPU)" in format_report(report)

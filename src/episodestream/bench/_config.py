@@ -7,10 +7,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
+import torch
+
 from episodestream._checks import check_choice, check_int, check_number
 from episodestream.cache import DEFAULT_FETCH_WORKERS
 from episodestream.datasets import DEFAULT_BYTE_BUDGET, parse_bytes
-from episodestream.decode import DEFAULT_DECODE_THREADS, DEFAULT_FFMPEG_THREADS, BackendName
+from episodestream.decode import (
+    DEFAULT_DECODE_THREADS,
+    DEFAULT_FFMPEG_THREADS,
+    BackendName,
+    parse_device,
+)
 from episodestream.errors import ConfigError
 from episodestream.sampling import DEFAULT_POOL_SIZE
 
@@ -69,6 +76,9 @@ class BenchConfig:
         pool_size, prefetch_episodes, byte_budget, seed: the pool's settings.
         fetch_workers: concurrent episode fetches; connections: HTTP connections per host.
         decoder, decode_threads, ffmpeg_threads: decoding, the same in every track.
+        device: where STREAM, LOCAL and FLOOR decode: ``"cpu"`` or ``"cuda[:N]"`` (NVDEC
+            through torchcodec; the decode table then also compares the device's frames with
+            the CPU's). LEROBOT and NAIVE decode on the CPU whatever this says.
         batch_size: samples per batch for the randomness and keep-up figures.
         torch_threads: torch's intra-op threads while the tracks run (restored after); 1 as in
             DataLoader workers, where torch sets it — more threads make every small tensor op
@@ -129,6 +139,7 @@ class BenchConfig:
     image_dtype: ImageDtypeName = "float32"
     num_workers: tuple[int, ...] = ()
     scaling_samples: int | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", os.fspath(self.root))
@@ -188,8 +199,38 @@ class BenchConfig:
         object.__setattr__(self, "num_workers", tuple(dict.fromkeys(workers)))
         if self.scaling_samples is not None:
             check_int("scaling_samples", self.scaling_samples, minimum=1)
+        self._check_device()
         if self.work_dir is not None and not os.path.isdir(self.work_dir):
             raise ConfigError(f"work_dir {self.work_dir!r} is not an existing folder")
+
+    def _check_device(self) -> None:
+        """Refuse a device the run could not decode on before anything is fetched."""
+        device = parse_device(self.device)
+        if device.type == "cpu":
+            object.__setattr__(self, "device", "cpu")
+            return
+        if device.type != "cuda":
+            raise ConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        object.__setattr__(self, "device", str(device))
+        if self.decoder == "pyav":
+            raise ConfigError(
+                f"device={self.device!r}: the PyAV backend decodes on the CPU only; use "
+                "decoder='torchcodec' (or 'auto') for GPU decoding"
+            )
+        if self.num_workers:
+            raise ConfigError(
+                f"device={self.device!r} with num_workers: DataLoader workers are forked, and "
+                "CUDA cannot be used in a forked process; run the scaling table on the CPU"
+            )
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device={self.device!r}: torch {torch.__version__} sees no CUDA device "
+                "(torch.cuda.is_available() is False); use device='cpu'"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device={self.device!r}: only {torch.cuda.device_count()} CUDA device(s) exist"
+            )
 
     @property
     def effective_keepup_samples(self) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from episodestream.bench._config import BenchConfig
-from episodestream.bench._measure import Progress, Sampler, timing_figures
+from episodestream.bench._measure import Progress, Sampler, synchronize, timing_figures
 from episodestream.bench._sequence import BenchDataset
 from episodestream.decode import Decoder, open_decoder
 
@@ -52,6 +52,7 @@ def run_floor(config: BenchConfig, ds: BenchDataset, count: int, root: Path) -> 
                         decoder = open_decoder(
                             root / path,
                             backend=config.decoder,
+                            device=config.device,
                             threads=config.ffmpeg_threads,
                             name=path,
                         )
@@ -60,6 +61,7 @@ def run_floor(config: BenchConfig, ds: BenchDataset, count: int, root: Path) -> 
                     batch = decoder.frames_at(times[i, c : c + 1])
                     frames += int(batch.shape[0])
                     pixels += int(batch.numel())
+                synchronize(config.device)  # a GPU's frames exist before the next sample
                 arrivals[i] = time.perf_counter() - started
                 bar.update()
             cpu_s = time.process_time() - cpu_started
@@ -71,6 +73,7 @@ def run_floor(config: BenchConfig, ds: BenchDataset, count: int, root: Path) -> 
         "decoded_frames": frames,
         "decoded_bytes": pixels,  # uint8: one byte per channel value
         "image_dtype": "uint8",
+        "device": config.device,
         "files": len(decoders),
         "decoder_opens": len(opens),
         "open_ms_mean": 1000.0 * float(np.mean(opens)) if opens else None,

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import numpy as np
+import torch
 
 from episodestream._closing import Closing
 
@@ -28,6 +29,8 @@ __all__ = [
     "rotated_rounds",
     "rss_bytes",
     "steady_rate",
+    "synchronize",
+    "synchronized_end",
     "timing_figures",
 ]
 
@@ -120,6 +123,22 @@ def child_pids(parent: int | None = None) -> set[int]:
         if int(fields[1]) == parent:
             children.add(int(entry.name))
     return children
+
+
+def synchronize(device: str) -> None:
+    """Wait until ``device`` has finished the work queued on it (nothing to wait for on the
+    CPU): a track's clock stops once its last frames exist, not when their decode was queued."""
+    if device != "cpu":
+        torch.cuda.synchronize(torch.device(device))
+
+
+def synchronized_end(device: str, arrivals_s: np.ndarray, started: float) -> None:
+    """After a track's loop: wait for ``device`` (:func:`synchronize`) and count the wait in
+    the last sample's arrival (``arrivals_s``: seconds from ``started``, a perf_counter)."""
+    if device == "cpu" or arrivals_s.size == 0:
+        return
+    synchronize(device)
+    arrivals_s[-1] = max(arrivals_s[-1], time.perf_counter() - started)
 
 
 def steady_rate(arrivals_s: np.ndarray, skip_fraction: float = 0.1) -> float:

@@ -271,7 +271,7 @@ def _decode(report: BenchReport) -> str:
     if not d.get("samples"):
         return "(no resident samples to decode)"
     local = report.tracks.get("local") or {}
-    return markdown_table(
+    table = markdown_table(
         [
             "backend",
             "clip open CPU ms (median)",
@@ -293,6 +293,29 @@ def _decode(report: BenchReport) -> str:
             ]
         ],
     )
+    agreement = d.get("device_vs_cpu")
+    if agreement is None:
+        return table
+    return (
+        table
+        + "\n\n"
+        + markdown_table(
+            [f"{d['device']} vs CPU", "frames compared", "mean abs levels", "max abs levels"],
+            [
+                [
+                    "uint8 frames of the same samples",
+                    agreement["frames"],
+                    fmt(agreement["mean_abs_levels"], 3),
+                    agreement["max_abs_levels"],
+                ]
+            ],
+        )
+    )
+
+
+def _on_device(config: dict[str, Any]) -> str:
+    device = config.get("device", "cpu")
+    return "" if device == "cpu" else f" on {device} (LEROBOT and NAIVE on the CPU)"
 
 
 def _randomness(report: BenchReport) -> str:
@@ -501,7 +524,8 @@ def format_report(report: BenchReport) -> str:
         f"Sequence: {report.sequence['samples']} samples (seed {c['seed']}, pool "
         f"{c['pool_size']}, prefetch {c['prefetch_episodes']}, fetch workers "
         f"{c['fetch_workers']}, connections {c['connections']}, decoder {c['decoder']} with "
-        f"{c['decode_threads']} decode threads x {c['ffmpeg_threads']} FFmpeg threads, torch "
+        f"{c['decode_threads']} decode threads x {c['ffmpeg_threads']} FFmpeg threads"
+        f"{_on_device(c)}, torch "
         f"threads {h.get('torch_threads', '?')}, {c.get('image_dtype', 'float32')} images, "
         f"{c.get('range_backend', 'native')} range reader, {c.get('rounds', 1)} round(s), "
         "median shown); "

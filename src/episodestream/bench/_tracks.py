@@ -30,7 +30,13 @@ import torch
 
 from episodestream.bench._access import AccessLog, range_length, range_start, summarize
 from episodestream.bench._config import BenchConfig
-from episodestream.bench._measure import Progress, Sampler, timing_figures
+from episodestream.bench._measure import (
+    Progress,
+    Sampler,
+    synchronize,
+    synchronized_end,
+    timing_figures,
+)
 from episodestream.bench._remote_decoder import RemoteFileDecoder
 from episodestream.bench._sequence import BenchDataset, indexed_episodes
 from episodestream.cache import EpisodeByteCache, ManifestClipSource
@@ -44,7 +50,7 @@ from episodestream.decode import (
     resolve_backend,
     to_float,
 )
-from episodestream.errors import EpisodeStreamError
+from episodestream.errors import DecodeError, EpisodeStreamError
 from episodestream.lerobot import EpisodeRowReader
 from episodestream.storage import LocalRangeReader, RangeReader
 
@@ -94,6 +100,7 @@ def pool_arguments(
         seed=config.seed,
         decode_threads=config.decode_threads,
         decoder=config.decoder,
+        device=config.device,
         fetch_workers=config.fetch_workers,
         ffmpeg_threads=config.ffmpeg_threads,
         cache_dir=config.cache_dir,
@@ -222,7 +229,9 @@ def warm_up(config: BenchConfig, ds: BenchDataset) -> float:
         clip = job.build(reader.read(job.path, job.byte_start, job.payload_nbytes))
     finally:
         reader.close()
-    with open_decoder(clip, backend=config.decoder, threads=config.ffmpeg_threads) as decoder:
+    with open_decoder(
+        clip, backend=config.decoder, device=config.device, threads=config.ffmpeg_threads
+    ) as decoder:
         decoder.frames_at(decoder.frame_times()[:1])
     if "naive" in config.tracks and ds.location.kind == "http":
         try:
@@ -275,6 +284,7 @@ def run_stream(
                     got[i] = (int(sample["episode_index"]), int(sample["frame_index"]))
                     done[0] = i + 1
                     bar.update()
+                synchronized_end(config.device, arrivals, started)
                 final = pool.metrics()
                 cpu_s = time.process_time() - cpu_started
             finally:
@@ -566,11 +576,12 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
     cameras = ds.cameras
     backend = resolve_backend(config.decoder)
 
-    def open_clip(episode: int, camera: str) -> Decoder:
+    def open_clip(episode: int, camera: str, device: str = config.device) -> Decoder:
         clip = residents[episode].clips[camera]
         return open_decoder(
             clip.data,
             backend=config.decoder,
+            device=device,
             threads=config.ffmpeg_threads,
             name=f"episode {episode} / {camera}",
             frame_times_s=clip.frame_times_s,  # as STREAM opens them (datasets/_engine.py)
@@ -607,12 +618,22 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         # decode_threads threads: what the resident pool can deliver with nothing to fetch
         started = time.perf_counter()
         executor.map(decode_one, picks.tolist())
+        synchronize(config.device)
         threaded_s = time.perf_counter() - started
     finally:
         executor.close()
         for decoder in decoders.values():
             decoder.close()
     per_sample = np.asarray(single) * 1000.0
+    agreement = {}
+    if config.device != "cpu":
+
+        def frames_on(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
+            times = sequence.source_times_s[rows, cameras.index(camera)]
+            with open_clip(episode, camera, device) as decoder:
+                return decoder.frames_at(times - residents[episode].clips[camera].time_offset_s)
+
+        agreement["device_vs_cpu"] = _device_vs_cpu(ds, picks, config.device, frames_on)
     return {
         "backend": backend,
         "samples": int(picks.size),
@@ -628,6 +649,45 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         "random_decode_samples_per_s": picks.size / threaded_s if threaded_s > 0 else 0.0,
         "decode_threads": config.decode_threads,
         "ffmpeg_threads": config.ffmpeg_threads,
+        "device": config.device,
+        **agreement,
+    }
+
+
+def _device_vs_cpu(
+    ds: BenchDataset,
+    picks: np.ndarray,
+    device: str,
+    frames_on: Callable[[int, str, np.ndarray, str], torch.Tensor],
+) -> dict[str, Any]:
+    """How far ``device``'s uint8 frames are from the CPU decoder's over the samples ``picks``
+    (NVDEC and FFmpeg's software path may round YUV to RGB differently): the mean and the
+    largest absolute difference in levels, and the frames compared. ``frames_on(episode,
+    camera, sample rows, device)`` decodes those samples' frames of one clip on a device."""
+    episodes = ds.sequence.episodes[picks]
+    total = 0
+    values = 0
+    largest = 0
+    frames = 0
+    for camera in ds.cameras:
+        for episode in np.unique(episodes).tolist():
+            rows = picks[episodes == episode]
+            ours = frames_on(episode, camera, rows, device).cpu()
+            theirs = frames_on(episode, camera, rows, "cpu")
+            if ours.shape != theirs.shape:
+                raise DecodeError(
+                    f"episode {episode} / {camera}: {device} decoded frames of shape "
+                    f"{tuple(ours.shape)}, the CPU {tuple(theirs.shape)}"
+                )
+            diff = (ours.int() - theirs.int()).abs()
+            total += int(diff.sum())
+            values += diff.numel()
+            largest = max(largest, int(diff.max()))
+            frames += int(ours.shape[0])
+    return {
+        "frames": frames,
+        "mean_abs_levels": total / values if values else None,
+        "max_abs_levels": largest,
     }
 
 
@@ -746,6 +806,7 @@ def run_file_track(
                     pop()
             while pending:
                 pop()
+            synchronized_end(config.device, arrivals, started)
             cpu_s = time.process_time() - cpu_started
     finally:
         executor.close()
@@ -765,7 +826,11 @@ def run_file_track(
 def local_opener(config: BenchConfig, root: Path) -> Callable[[str], Decoder]:
     def open_file(path: str) -> Decoder:
         return open_decoder(
-            root / path, backend=config.decoder, threads=config.ffmpeg_threads, name=path
+            root / path,
+            backend=config.decoder,
+            device=config.device,
+            threads=config.ffmpeg_threads,
+            name=path,
         )
 
     return open_file

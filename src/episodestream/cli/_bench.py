@@ -67,6 +67,12 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
     decode = parser.add_argument_group("decoding (every track)")
     add_decoder_options(decode, decoder_default="auto", threads_default=DEFAULT_DECODE_THREADS)
     decode.add_argument(
+        "--device",
+        default="cpu",
+        help="where STREAM, LOCAL and FLOOR decode: cpu (default) or cuda[:N] (NVDEC through "
+        "torchcodec; the decode table then compares the frames with the CPU's)",
+    )
+    decode.add_argument(
         "--ffmpeg-threads",
         type=int_at_least(0),
         default=DEFAULT_FFMPEG_THREADS,
@@ -155,6 +161,7 @@ def config_from_args(args: argparse.Namespace, root: str, **overrides) -> BenchC
         image_dtype=args.image_dtype,
         num_workers=_worker_counts(args.num_workers),
         scaling_samples=args.scaling_samples,
+        device=args.device,
     )
     values.update(overrides)
     return BenchConfig(**values)
@@ -261,6 +268,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_windows(args: argparse.Namespace) -> int:
+    if args.device != "cpu":
+        print("episodestream bench: --unit window decodes on the CPU only", file=sys.stderr)
+        return 2
     from episodestream.bench._windows_report import (
         WindowBenchConfig,
         format_window_report,

@@ -16,6 +16,7 @@ from episodestream.decode._base import (
     Decoder,
     SeekMode,
     nearest_frame_indices,
+    parse_device,
     to_float,
 )
 from episodestream.decode._executor import DEFAULT_DECODE_THREADS, DecodeExecutor
@@ -50,6 +51,7 @@ __all__ = [
     "heap_trimmer",
     "nearest_frame_indices",
     "open_decoder",
+    "parse_device",
     "resolve_backend",
     "to_float",
 ]
