@@ -99,6 +99,9 @@ def test_summary_aggregates_the_ranks(
     )
     assert summary["all_kept_up"] == all(r["keepup"]["kept_up"] for r in reports)
     assert [row["shard_index"] for row in summary["rows"]] == [0, 1]
+    # each rank's decoding device, from its report (a GPU run shows which GPU each rank used)
+    assert [row["device"] for row in summary["rows"]] == [r["config"]["device"] for r in reports]
+    assert "| device |" in printed
 
 
 def test_summary_aggregates_decode_keepup_cpu_and_memory(

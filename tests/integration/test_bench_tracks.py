@@ -448,6 +448,27 @@ def test_a_device_is_checked_before_anything_runs(
     assert not list(tmp_path.iterdir())  # refused before a sidecar was built
 
 
+def test_a_gpu_device_is_kept_as_written_or_made_each_ranks_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from episodestream.bench import BenchConfig
+
+    # as on a machine with two GPUs (nothing here touches one: only the names are checked)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert BenchConfig(root=str(tmp_path), device="cuda").device == "cuda"
+    assert BenchConfig(root=str(tmp_path), device="cuda:1").device == "cuda:1"
+    with pytest.raises(ConfigError, match=r"device='cuda:2': only 2 CUDA device\(s\) exist"):
+        BenchConfig(root=str(tmp_path), device="cuda:2")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun: a bare "cuda" is this rank's GPU
+    assert BenchConfig(root=str(tmp_path), device="cuda").device == "cuda:1"
+    assert BenchConfig(root=str(tmp_path), device="cuda:0").device == "cuda:0"
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(ConfigError, match=r"device='cuda:2': only 2"):
+        BenchConfig(root=str(tmp_path), device="cuda")
+
+
 def test_device_frames_are_compared_with_the_cpus_level_by_level() -> None:
     """The decode table's comparison: every pick's frames on both devices, per camera and
     episode; the mean and largest absolute difference in levels over all of them."""

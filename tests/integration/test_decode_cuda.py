@@ -11,6 +11,7 @@ import torch
 
 from episodestream import EpisodeStreamDataset
 from episodestream.bench import BenchConfig, format_report, run_bench
+from episodestream.decode import TorchcodecDecoder, open_decoder, to_float
 
 pytestmark = [pytest.mark.needs_cuda, pytest.mark.timeout(600)]
 
@@ -75,4 +76,23 @@ def test_bench_decodes_on_cuda_and_compares_with_the_cpu(
     assert agreement["frames"] == 12 * len(report.dataset["cameras"])
     assert agreement["mean_abs_levels"] <= MAX_MEAN_ABS_LEVELS
     assert agreement["max_abs_levels"] <= MAX_ABS_LEVELS
+    assert report.decode["cpu_fallback"] is None  # NVDEC decoded them, not torchcodec's CPU
     assert "on cuda (LEROBOT and NAIVE on the CPU)" in format_report(report)
+
+
+@pytest.mark.parametrize("dataset", ["synthetic_h264", "synthetic_hevc"])
+def test_nvdec_decodes_without_a_cpu_fallback(dataset: str, request: pytest.FixtureRequest) -> None:
+    root: Path = request.getfixturevalue(dataset)
+    path = sorted(root.glob("videos/**/*.mp4"))[0]
+    with open_decoder(path, backend="torchcodec", device="cuda") as decoder:
+        assert isinstance(decoder, TorchcodecDecoder)
+        frames = decoder.frames_at(decoder.frame_times()[:2])
+        assert frames.device.type == "cuda"
+        assert decoder.cpu_fallback is None, decoder.cpu_fallback
+
+
+def test_to_float_on_the_gpu_is_lerobots_division_exactly() -> None:
+    values = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+    on_gpu = to_float(values.cuda()).cpu()
+    assert torch.equal(on_gpu, to_float(values))  # x / 255 in IEEE float32, every value
+    assert torch.equal(on_gpu, values.to(torch.float32) / 255)

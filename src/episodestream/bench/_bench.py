@@ -311,6 +311,11 @@ def _run_bench(config: BenchConfig) -> BenchReport:
             decode = run_decode(config, ds, fetched)
         finally:
             fetched.close()
+        if decode.get("cpu_fallback"):
+            notes.append(
+                f"torchcodec decoded some clips on the CPU, not {config.device}: "
+                + "; ".join(decode["cpu_fallback"])
+            )
 
         touched = sequence.touched()
         download: dict[str, Any] | None = None

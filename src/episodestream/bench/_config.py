@@ -17,6 +17,7 @@ from episodestream.decode import (
     DEFAULT_FFMPEG_THREADS,
     BackendName,
     parse_device,
+    resolve_backend,
 )
 from episodestream.errors import ConfigError
 from episodestream.sampling import DEFAULT_POOL_SIZE
@@ -78,7 +79,8 @@ class BenchConfig:
         decoder, decode_threads, ffmpeg_threads: decoding, the same in every track.
         device: where STREAM, LOCAL and FLOOR decode: ``"cpu"`` or ``"cuda[:N]"`` (NVDEC
             through torchcodec; the decode table then also compares the device's frames with
-            the CPU's). LEROBOT and NAIVE decode on the CPU whatever this says.
+            the CPU's). A bare ``"cuda"`` under torchrun (``LOCAL_RANK`` set) is each rank's own
+            GPU, ``cuda:LOCAL_RANK``. LEROBOT and NAIVE decode on the CPU whatever this says.
         batch_size: samples per batch for the randomness and keep-up figures.
         torch_threads: torch's intra-op threads while the tracks run (restored after); 1 as in
             DataLoader workers, where torch sets it — more threads make every small tensor op
@@ -211,6 +213,9 @@ class BenchConfig:
             return
         if device.type != "cuda":
             raise ConfigError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        local_rank = os.environ.get("LOCAL_RANK", "")
+        if device.index is None and local_rank.isdigit():
+            device = torch.device("cuda", int(local_rank))  # one GPU per rank, as torchrun runs
         object.__setattr__(self, "device", str(device))
         if self.decoder == "pyav":
             raise ConfigError(
@@ -231,6 +236,7 @@ class BenchConfig:
             raise ConfigError(
                 f"device={self.device!r}: only {torch.cuda.device_count()} CUDA device(s) exist"
             )
+        resolve_backend(self.decoder, device)  # torchcodec must load (DecodeError saying why)
 
     @property
     def effective_keepup_samples(self) -> int:

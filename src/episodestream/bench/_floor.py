@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from episodestream.bench._config import BenchConfig
-from episodestream.bench._measure import Progress, Sampler, synchronize, timing_figures
+from episodestream.bench._measure import Progress, Sampler, synchronized_end, timing_figures
 from episodestream.bench._sequence import BenchDataset
 from episodestream.decode import Decoder, open_decoder
 
@@ -61,9 +61,9 @@ def run_floor(config: BenchConfig, ds: BenchDataset, count: int, root: Path) -> 
                     batch = decoder.frames_at(times[i, c : c + 1])
                     frames += int(batch.shape[0])
                     pixels += int(batch.numel())
-                synchronize(config.device)  # a GPU's frames exist before the next sample
                 arrivals[i] = time.perf_counter() - started
                 bar.update()
+            synchronized_end(config.device, arrivals, started)  # as STREAM and LOCAL do
             cpu_s = time.process_time() - cpu_started
     finally:
         for decoder in decoders.values():

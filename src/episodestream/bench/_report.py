@@ -300,13 +300,20 @@ def _decode(report: BenchReport) -> str:
         table
         + "\n\n"
         + markdown_table(
-            [f"{d['device']} vs CPU", "frames compared", "mean abs levels", "max abs levels"],
+            [
+                f"{d['device']} vs CPU",
+                "frames compared",
+                "mean abs levels",
+                "max abs levels",
+                "decoded on the CPU instead (torchcodec)",
+            ],
             [
                 [
                     "uint8 frames of the same samples",
                     agreement["frames"],
                     fmt(agreement["mean_abs_levels"], 3),
                     agreement["max_abs_levels"],
+                    "; ".join(d.get("cpu_fallback") or []) or "no",
                 ]
             ],
         )

@@ -41,6 +41,7 @@ class RankRow:
     stream_cpu_ms_per_sample: float | None = None
     stream_peak_rss_bytes: int | None = None
     process_peak_rss_bytes: int | None = None
+    device: str = "cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ def _row(path: Path) -> RankRow:
             stream_cpu_ms_per_sample=stream.get("cpu_ms_per_sample"),
             stream_peak_rss_bytes=(stream.get("memory") or {}).get("rss_peak_bytes"),
             process_peak_rss_bytes=(data.get("memory") or {}).get("process_peak_rss_bytes"),
+            device=str((data.get("config") or {}).get("device", "cpu")),
         )
     except FileNotFoundError:
         raise EpisodeStreamError(f"{path}: no such bench report") from None
@@ -215,6 +217,7 @@ def format_rank_summary(summary: RankSummary) -> str:
         [
             "rank",
             "host",
+            "device",
             "fetched MiB",
             "fetch s",
             "fetch MiB/s",
@@ -231,6 +234,7 @@ def format_rank_summary(summary: RankSummary) -> str:
             [
                 r.shard_index,
                 r.hostname,
+                r.device,
                 fmt(r.fetch_bytes / _MIB, 2),
                 fmt(r.fetch_seconds),
                 fmt(r.fetch_mib_per_s),

@@ -46,6 +46,7 @@ from episodestream.decode import (
     DecodeExecutor,
     Decoder,
     DecoderPool,
+    TorchcodecDecoder,
     open_decoder,
     resolve_backend,
     to_float,
@@ -602,6 +603,7 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
             with locks[(episode, camera)]:  # one thread per decoder at a time
                 frames = decoders[(episode, camera)].frames_at([t])
             to_float(frames)
+        synchronize(config.device)  # a GPU's sample is done when its frames are
         return time.perf_counter() - started
 
     executor = DecodeExecutor(config.decode_threads, name="episodestream-bench-decode")
@@ -615,6 +617,15 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
                 opens.append(time.perf_counter() - started)
         # one thread: the pure cost of a random sample
         single = [decode_one(int(i)) for i in picks]
+        # torchcodec decodes on the CPU where NVDEC cannot (known once a frame is decoded)
+        fallbacks = sorted(
+            {
+                reason
+                for decoder in decoders.values()
+                if isinstance(decoder, TorchcodecDecoder)
+                and (reason := decoder.cpu_fallback) is not None
+            }
+        )
         # decode_threads threads: what the resident pool can deliver with nothing to fetch
         started = time.perf_counter()
         executor.map(decode_one, picks.tolist())
@@ -625,7 +636,7 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         for decoder in decoders.values():
             decoder.close()
     per_sample = np.asarray(single) * 1000.0
-    agreement = {}
+    agreement: dict[str, Any] = {}
     if config.device != "cpu":
 
         def frames_on(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
@@ -634,6 +645,7 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
                 return decoder.frames_at(times - residents[episode].clips[camera].time_offset_s)
 
         agreement["device_vs_cpu"] = _device_vs_cpu(ds, picks, config.device, frames_on)
+        agreement["cpu_fallback"] = fallbacks or None
     return {
         "backend": backend,
         "samples": int(picks.size),

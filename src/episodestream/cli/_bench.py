@@ -32,6 +32,7 @@ from episodestream.cli._options import (
     add_sample_options,
 )
 from episodestream.cli._types import int_at_least, int_list
+from episodestream.decode import parse_device
 
 __all__ = ["add_bench_options", "config_from_args", "register"]
 
@@ -268,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_windows(args: argparse.Namespace) -> int:
-    if args.device != "cpu":
+    if parse_device(args.device).type != "cpu":
         print("episodestream bench: --unit window decodes on the CPU only", file=sys.stderr)
         return 2
     from episodestream.bench._windows_report import (

@@ -152,7 +152,10 @@ def to_float(frames: torch.Tensor) -> torch.Tensor:
     if frames.dtype != torch.uint8:
         raise ConfigTypeError(f"to_float expects uint8 frames, got {frames.dtype}")
     if frames.device.type != "cpu":
-        return frames.to(torch.float32) / 255
+        # by a tensor on the same device: CUDA turns division by a Python scalar into
+        # multiplication by its reciprocal, 1 ulp off x / 255 for some values
+        divisor = torch.full((), 255.0, dtype=torch.float32, device=frames.device)
+        return frames.to(torch.float32).div_(divisor)
     out = float_frame_buffers().empty_like(frames)  # pages already mapped, when recycled
     # IEEE division in float32, as torch's CPU kernel does it: every uint8 value maps to the
     # same float (tests/integration/test_decode_fast_paths.py checks all 256)

@@ -53,6 +53,12 @@ def torchcodec_unavailable_reason() -> str | None:
     return None
 
 
+@functools.cache
+def _warn_cpu_fallback_once(reason: str) -> None:
+    # a GPU asked for and the CPU decoding: worth one line per reason, not one per clip
+    _LOG.warning("torchcodec decodes on the CPU although a GPU was asked for: %s", reason)
+
+
 def _resolve_device(device: str | torch.device, name: str) -> torch.device:
     dev = parse_device(device)
     if dev.type == "cpu":
@@ -167,6 +173,9 @@ class TorchcodecDecoder(ClipDecoderBase):
         self._guard = UseGuard(self._name)
         self._closed = False
         log_open(self.backend, self._name, len(self._times), self._width, self._height)
+        fallback = self.cpu_fallback  # torchcodec's NVDEC backend knows at once
+        if fallback is not None:
+            _warn_cpu_fallback_once(fallback)
 
     def _open_video_decoder(self, seek_mode: SeekMode) -> Any:
         from torchcodec.decoders import VideoDecoder
@@ -197,6 +206,17 @@ class TorchcodecDecoder(ClipDecoderBase):
     @property
     def seek_mode(self) -> SeekMode:
         return self._seek_mode
+
+    @property
+    def cpu_fallback(self) -> str | None:
+        """Why torchcodec decodes this clip on the CPU although a GPU was asked for (its own
+        words; the frames then reach the GPU as copies), or None: decoding on the GPU, on the
+        CPU as asked, or not known yet (torchcodec's FFmpeg CUDA backend knows after the first
+        frame). Asked of the decoder: by the thread using it."""
+        if self._device.type == "cpu" or self._decoder is None:
+            return None
+        status = getattr(self._decoder, "cpu_fallback", None)  # absent from older torchcodecs
+        return str(status) if status else None
 
     def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
         return self._fetch(unique).data
