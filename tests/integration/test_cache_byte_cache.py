@@ -177,19 +177,43 @@ def test_fetch_error_reaches_every_waiter_and_can_be_retried(lerobot_fixture_roo
         assert cache.wait_ready(7, timeout=10).episode == 7
 
 
+class GatedReader(SlowReader):
+    """A slow reader whose reads also wait for ``gate`` first (bounded): no fetch can end
+    while a test fills the cache's queue, however slowly the machine runs it."""
+
+    def __init__(self, root: Path, delay_s: float) -> None:
+        super().__init__(root, delay_s)
+        self.gate = threading.Event()
+        self.held = 0  # reads waiting at the gate
+        self._lock = threading.Lock()
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        with self._lock:
+            self.held += 1
+        self.gate.wait(timeout=30)
+        return super().read(path, offset, length)
+
+
 def test_close_with_work_in_flight_returns_promptly_and_joins_threads(source, lerobot_fixture_root):
-    reader = SlowReader(lerobot_fixture_root, delay_s=0.3)
+    reader = GatedReader(lerobot_fixture_root, delay_s=0.5)
     before = set(threading.enumerate())
     cache = EpisodeByteCache(source, reader, byte_budget=10**8, fetch_workers=2, max_queued=8)
-    accepted = [cache.prefetch(episode) for episode in range(20)]
-    # the queue holds 8; each of the 2 workers may already hold one more
-    assert 8 <= sum(accepted) <= 10
-    assert accepted[-1] is False
+    accepted = [cache.prefetch(episode) for episode in range(2)]
+    deadline = time.monotonic() + 10
+    while reader.held < 2 and time.monotonic() < deadline:  # each worker holds one fetch
+        time.sleep(0.01)
+    assert reader.held == 2
+    accepted += [cache.prefetch(episode) for episode in range(2, 20)]
+    # the 2 workers hold one each, the queue 8 more, and nothing ends while the gate is shut
+    assert accepted == [True] * 10 + [False] * 10
     time.sleep(0.05)
+    reader.gate.set()  # the in-flight fetches may now end, each read 0.5 s late
     started = time.monotonic()
     cache.close()
     took = time.monotonic() - started
-    assert took < 5, took  # bounded by one in-flight read, not by the whole queue
+    # bounded by the in-flight fetches (two reads each at most: 1 s), not by the queue's
+    # eight episodes behind them (4 s more)
+    assert took < 3, took
     leftover = [t for t in threading.enumerate() if t not in before]
     assert leftover == []
     with pytest.raises(CacheError, match="closed"):
