@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from episodestream.cli import main
 from episodestream.errors import ConfigError, ConfigTypeError
 from episodestream.lerobot import EpisodeRowReader, load_dataset_meta
 from episodestream.sampling import PoolParams, PoolSchedule, WorkerSlot, plan_shards
-from episodestream.serving import NginxServer, summarize_access
+from episodestream.serving import AccessLogRecord, NginxServer, summarize_access
 from episodestream.storage import DEFAULT_LIMITS, Limits, open_reader
 
 POOL = 3
@@ -111,6 +112,22 @@ def test_plan_predicts_the_access_log(
         assert int(plan.slot_video_requests[rank].sum()) > 2 * int(plan.slot_episodes[rank].sum())
 
 
+def _settled_records(
+    server: NginxServer, since: int, quiet_s: float = 0.2
+) -> list[AccessLogRecord]:
+    """The access log's records after ``since`` once no line came for ``quiet_s`` (at most
+    5 s of waiting): the lines of requests already answered that nginx had yet to write."""
+    records = server.access_records(since)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        again = server.access_records(since)
+        if len(again) == len(records):
+            break
+        records = again
+    return records
+
+
 def test_opening_cost_is_what_the_planner_paid(
     http_server: NginxServer, http_publish: Any, synthetic_av1: Path, tmp_path: Path
 ) -> None:
@@ -119,7 +136,9 @@ def test_opening_cost_is_what_the_planner_paid(
     options = {"cache_dir": tmp_path / "cache", "pool_size": POOL}
     mark = http_server.log_mark()
     with EpisodePoolDataset(url, **options) as planner:
-        opened = summarize_access(http_server.access_records(since=mark))
+        # every reply is in; nginx logs each just after sending it, so read the log once it
+        # has stopped growing (before read_plan_layout, which reads more)
+        opened = summarize_access(_settled_records(http_server, mark))
         layout = read_plan_layout(planner)
     assert layout.open_requests == opened.requests
     # nginx also counts the body of the 404 for the unpublished sidecar, the reader does not
