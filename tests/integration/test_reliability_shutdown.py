@@ -150,10 +150,14 @@ def test_interrupted_iteration_leaves_nothing_running(served: str, tmp_path: Pat
         # 4. close() from another thread while a pool iterates
         dataset = pool()
         seen, ended = [], []
+        reached, closed = threading.Event(), threading.Event()
         def consume():
             try:
                 for sample in dataset:
                     seen.append(1)
+                    if len(seen) == 5:  # hold here until close() has run: the epoch
+                        reached.set()   # cannot end first, however slow the machine
+                        closed.wait(30)
                     time.sleep(0.01)
                 ended.append("finished")
             except EpisodeStreamError as error:
@@ -162,9 +166,9 @@ def test_interrupted_iteration_leaves_nothing_running(served: str, tmp_path: Pat
                 ended.append("untyped " + repr(error))
         consumer = threading.Thread(target=consume)
         consumer.start()
-        while len(seen) < 5 and consumer.is_alive():
-            time.sleep(0.01)
+        reached.wait(60)
         dataset.close()
+        closed.set()
         consumer.join(30)
         out["closed_mid_iteration"] = {"alive": consumer.is_alive(), "ended": ended,
                                        "samples": len(seen)}

@@ -106,11 +106,17 @@ def test_repeated_truncation_still_converges(served):
 
 
 def test_first_byte_slower_than_the_timeout(served):
-    served.inject(PATH, Fault("stall", delay_seconds=1.5))
-    timeouts = Timeouts(connect_seconds=1, read_seconds=0.3)
-    with _reader(served, timeouts=timeouts) as reader:
-        assert reader.read(PATH, 0, 1000) == DATA[:1000]
-        assert reader.metrics()["retries"] == 1
+    # the first attempt never answers before the test ends (released after), so it must
+    # time out; the retry, not stalled, has a read timeout no loaded machine comes near
+    release = threading.Event()
+    served.inject(PATH, Fault("stall", release=release))
+    timeouts = Timeouts(connect_seconds=2, read_seconds=2)
+    try:
+        with _reader(served, timeouts=timeouts) as reader:
+            assert reader.read(PATH, 0, 1000) == DATA[:1000]
+            assert reader.metrics()["retries"] == 1
+    finally:
+        release.set()
 
 
 def test_a_server_that_always_stalls_ends_in_storage_timeout(served):
