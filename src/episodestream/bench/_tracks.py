@@ -631,21 +631,24 @@ def run_decode(config: BenchConfig, ds: BenchDataset, fetched: FetchedPool) -> d
         executor.map(decode_one, picks.tolist())
         synchronize(config.device)
         threaded_s = time.perf_counter() - started
+        agreement: dict[str, Any] = {}
+        if config.device != "cpu":
+
+            def frames_on(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
+                times = sequence.source_times_s[rows, cameras.index(camera)]
+                times = times - residents[episode].clips[camera].time_offset_s
+                if device != "cpu":  # the device's decoder timed above, idle now
+                    return decoders[(episode, camera)].frames_at(times)
+                with open_clip(episode, camera, "cpu") as decoder:
+                    return decoder.frames_at(times)
+
+            agreement["device_vs_cpu"] = _device_vs_cpu(ds, picks, config.device, frames_on)
+            agreement["cpu_fallback"] = fallbacks or None
     finally:
         executor.close()
         for decoder in decoders.values():
             decoder.close()
     per_sample = np.asarray(single) * 1000.0
-    agreement: dict[str, Any] = {}
-    if config.device != "cpu":
-
-        def frames_on(episode: int, camera: str, rows: np.ndarray, device: str) -> torch.Tensor:
-            times = sequence.source_times_s[rows, cameras.index(camera)]
-            with open_clip(episode, camera, device) as decoder:
-                return decoder.frames_at(times - residents[episode].clips[camera].time_offset_s)
-
-        agreement["device_vs_cpu"] = _device_vs_cpu(ds, picks, config.device, frames_on)
-        agreement["cpu_fallback"] = fallbacks or None
     return {
         "backend": backend,
         "samples": int(picks.size),

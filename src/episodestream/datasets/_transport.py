@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from episodestream.decode import to_float
+
 __all__ = ["images_to_float"]
 
 Batch = TypeVar("Batch", bound=MutableMapping[str, Any])
@@ -44,10 +46,7 @@ def images_to_float(
             continue  # already converted, or not an image
         if device is not None:
             value = value.to(device, non_blocking=non_blocking)
-        # divide by a tensor on the same device: CUDA turns division by a Python scalar into
-        # multiplication by its reciprocal, 1 ulp off LeRobot's x / 255 for half the values
-        divisor = torch.full((), 255.0, dtype=torch.float32, device=value.device)
-        batch[name] = value.to(torch.float32).div_(divisor)
+        batch[name] = to_float(value)  # LeRobot's x / 255 exactly, on any device
     return batch
 
 
