@@ -21,6 +21,10 @@ def result_within(
     :class:`~episodestream.errors.StorageTimeout` reading rows or bytes) is its own error and
     passes through as such, never mistaken for this wait running out.
     """
-    if not concurrent.futures.wait([future], timeout=timeout_s).done:
-        raise timed_out()
+    if not future.done():  # most asks find the work done: no waiter to build
+        try:
+            # returns (never raises) the work's own exception once done
+            future.exception(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise timed_out() from None
     return future.result()

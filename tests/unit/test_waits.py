@@ -1,0 +1,71 @@
+"""``result_within``: a bounded wait whose own timeout never hides the work's errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+
+import pytest
+
+from episodestream.datasets._waits import result_within
+from episodestream.errors import DecodeError, StorageTimeout
+
+
+def _late() -> DecodeError:
+    return DecodeError("sample 7 was not decoded within 0.2 s")
+
+
+def test_a_done_future_gives_its_result() -> None:
+    future: Future[int] = Future()
+    future.set_result(41)
+    assert result_within(future, 0.0, _late) == 41
+
+
+def test_a_result_that_comes_while_waiting_is_returned() -> None:
+    future: Future[str] = Future()
+    timer = threading.Timer(0.05, future.set_result, args=("frame",))
+    timer.start()
+    try:
+        assert result_within(future, 10.0, _late) == "frame"
+    finally:
+        timer.join()
+
+
+def test_the_wait_running_out_raises_the_callers_error() -> None:
+    future: Future[int] = Future()
+    started = time.monotonic()
+    with pytest.raises(DecodeError, match="not decoded within") as caught:
+        result_within(future, 0.2, _late)
+    assert time.monotonic() - started >= 0.2
+    assert caught.value.__cause__ is None
+
+
+@pytest.mark.parametrize("already_done", [True, False])
+def test_the_works_own_timeout_passes_through_unchanged(already_done: bool) -> None:
+    # a StorageTimeout is a TimeoutError: it must not read as this wait running out
+    own = StorageTimeout("rows.parquet bytes 0-99: no byte within 5 s")
+    release = threading.Event()
+
+    def work() -> None:
+        release.wait(10)
+        raise own
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        if already_done:
+            release.set()
+            while not future.done():
+                time.sleep(0.01)
+        else:
+            threading.Timer(0.05, release.set).start()
+        with pytest.raises(StorageTimeout) as caught:
+            result_within(future, 10.0, _late)
+    assert caught.value is own
+
+
+def test_a_cancelled_future_raises_cancelled() -> None:
+    future: Future[int] = Future()
+    assert future.cancel()
+    with pytest.raises(CancelledError):
+        result_within(future, 1.0, _late)
