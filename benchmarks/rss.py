@@ -25,7 +25,8 @@ pass (what the pool could do at a pass end). ``--fixed-mmap-threshold`` adds a c
 ``kept, no trim, mmap128k``: ``kept, no trim`` with ``MALLOC_MMAP_THRESHOLD_=131072``: glibc
 then stops raising its mmap threshold as large blocks are freed, so large buffers (frames,
 clips) are mapped and unmapped instead of fragmenting the heaps; it tells how much of the
-growth is that.
+growth is that. ``--child kept --passes N --python-objects`` runs one ``kept`` child alone and
+logs what Python's own allocations (``tracemalloc``) grew by from pass 10 to pass N.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -147,12 +149,17 @@ def measure_rss_passes(
     cache_dir: str | None = None,
     trim: bool = True,
     trim_at_pass_end: bool = False,
+    python_objects: bool = False,
 ) -> list[RssPass]:
     """Iterate ``passes`` epochs of one pool dataset; RSS after each (after ``gc.collect``).
     ``trim=False`` turns the process's heap trimmer off (decode/_heap.py);
     ``trim_at_pass_end`` also trims once the pass has ended (``heap_trimmer().trim_now()``,
-    inside the pass's CPU time), as a pool could do at each pass end."""
+    inside the pass's CPU time), as a pool could do at each pass end. ``python_objects``
+    traces Python's allocations (``tracemalloc``) and logs what grew from pass 10 to the last."""
     heap_trimmer().enabled = trim
+    snapshots = []
+    if python_objects:
+        tracemalloc.start(25)
     process = psutil.Process()
     results = []
     with demo_pool(episodes=episodes, budget=budget, cache_dir=cache_dir) as dataset:
@@ -198,7 +205,32 @@ def measure_rss_passes(
                 )
             )
             logger.info("%s pass %d: %s", threads, epoch + 1, results[-1])
+            if python_objects and epoch + 1 in (min(10, passes - 1), passes):
+                snapshots.append(tracemalloc.take_snapshot())
+    if python_objects:
+        tracemalloc.stop()
+        _log_growth(*snapshots)
     return results
+
+
+def _log_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> None:
+    """What Python allocated and still holds, grown between two snapshots (stderr)."""
+    # what this benchmark and tracemalloc themselves allocated (the passes' records) is not
+    # the library's: dropped by the allocating frame
+    own = [
+        tracemalloc.Filter(False, __file__, all_frames=False),
+        tracemalloc.Filter(False, tracemalloc.__file__, all_frames=False),
+    ]
+    growth = after.filter_traces(own).compare_to(before.filter_traces(own), "traceback")
+    total = sum(stat.size_diff for stat in growth)
+    logger.warning("Python allocations still held grew by %+d bytes", total)
+    for stat in growth[:5]:
+        logger.warning(
+            "%+d bytes, %+d blocks, at:\n%s",
+            stat.size_diff,
+            stat.count_diff,
+            "\n".join(stat.traceback.format()[-6:]),
+        )
 
 
 def _run_children(args: argparse.Namespace) -> dict[str, list[RssPass]]:
@@ -316,6 +348,11 @@ def main() -> None:
     )
     parser.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trim-at-pass-end", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--python-objects",
+        action="store_true",
+        help="with --child: trace Python's allocations and log their growth from pass 10",
+    )
     args = parser.parse_args()
     parse_bytes(args.budget)
     if args.passes < 2:
@@ -331,6 +368,7 @@ def main() -> None:
             threads=args.child,
             trim=not args.no_trim,
             trim_at_pass_end=args.trim_at_pass_end,
+            python_objects=args.python_objects,
         )
         print(json.dumps([asdict(p) for p in passes]))
         return

@@ -53,6 +53,31 @@ def test_to_float_equals_torch_division_for_every_value_and_layout(layout: str) 
     assert frames.numel() == 0 or got.data_ptr() != frames.data_ptr()
 
 
+@pytest.mark.parametrize("permuted", [True, False], ids=["nhwc_permuted", "nchw"])
+def test_to_float_in_recycled_buffers_equals_torch_division_for_every_value(
+    permuted: bool,
+) -> None:
+    # frame-sized (over the recycling threshold), so the result lands in a pooled buffer: the
+    # second conversion reuses the first one's buffer, dirty, in the same layout
+    from episodestream.decode._buffers import MIN_RECYCLED_BYTES, float_frame_buffers
+
+    if permuted:  # what torchcodec returns for NCHW
+        frames = _every_value((1, 480, 640, 3)).permute(0, 3, 1, 2)
+    else:
+        frames = _every_value((1, 3, 480, 640))
+    assert 4 * frames.numel() >= MIN_RECYCLED_BYTES
+    expected = frames.to(torch.float32) / 255  # LeRobot's formula
+    first = to_float(frames)
+    assert torch.equal(first, expected) and first.stride() == expected.stride()
+    address = first.data_ptr()
+    first.fill_(-1.0)  # leave the buffer dirty
+    del first
+    assert float_frame_buffers().idle_bytes >= 4 * frames.numel()
+    second = to_float(frames)
+    assert second.data_ptr() == address  # the recycled buffer, not a fresh allocation
+    assert torch.equal(second, expected) and second.stride() == expected.stride()
+
+
 def test_one_timestamp_lookup_agrees_with_the_vectorized_rule() -> None:
     rng = np.random.default_rng(3)
     times = np.cumsum(rng.uniform(0.02, 0.05, size=40))

@@ -38,7 +38,7 @@ def test_the_wait_running_out_raises_the_callers_error() -> None:
     with pytest.raises(DecodeError, match="not decoded within") as caught:
         result_within(future, 0.2, _late)
     assert time.monotonic() - started >= 0.2
-    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__  # not chained to the wait's own TimeoutError
 
 
 @pytest.mark.parametrize("already_done", [True, False])
@@ -64,8 +64,48 @@ def test_the_works_own_timeout_passes_through_unchanged(already_done: bool) -> N
     assert caught.value is own
 
 
-def test_a_cancelled_future_raises_cancelled() -> None:
+class _SeenPendingOnce(Future):  # type: ignore[type-arg]
+    """Done already, but reported pending to the first ``done()``: the waiting path runs
+    whatever the timing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._asked = False
+
+    def done(self) -> bool:
+        if not self._asked:
+            self._asked = True
+            return False
+        return super().done()
+
+
+def test_the_works_own_timeout_passes_through_the_waiting_path() -> None:
+    own = StorageTimeout("rows.parquet bytes 0-99: no byte within 5 s")
+    future = _SeenPendingOnce()
+    future.set_exception(own)
+    with pytest.raises(StorageTimeout) as caught:
+        result_within(future, 10.0, _late)
+    assert caught.value is own and future._asked
+
+
+def test_a_result_through_the_waiting_path_is_returned() -> None:
+    future = _SeenPendingOnce()
+    future.set_result("frame")
+    assert result_within(future, 10.0, _late) == "frame"
+    assert future._asked
+
+
+@pytest.mark.parametrize("while_waiting", [False, True])
+def test_a_cancelled_future_raises_cancelled(while_waiting: bool) -> None:
     future: Future[int] = Future()
-    assert future.cancel()
+    if while_waiting:
+        timer = threading.Timer(0.05, future.cancel)
+        timer.start()
+    else:
+        assert future.cancel()
+    started = time.monotonic()
     with pytest.raises(CancelledError):
-        result_within(future, 1.0, _late)
+        result_within(future, 10.0, _late)
+    assert time.monotonic() - started < 5.0  # woken by the cancel, not the bound
+    if while_waiting:
+        timer.join()

@@ -23,7 +23,8 @@ def result_within(
     """
     if not future.done():  # most asks find the work done: no waiter to build
         try:
-            # returns (never raises) the work's own exception once done
+            # returns the work's own exception (a TimeoutError it raised included); raises
+            # only CancelledError, or TimeoutError when this wait runs out
             future.exception(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             raise timed_out() from None
