@@ -8,7 +8,9 @@
 #
 # Environment: PYTHON (default python3), OUT (default /tmp/episodestream-gpu), PRESETS (default
 # "so100-h264 so100"), SAMPLES (default 150), ROUNDS (default 3), DEVICE (default cuda; cpu
-# rehearses the script where there is no GPU: the tests are only collected), BUDGET_S (default
+# rehearses the script where there is no GPU: the tests are only collected), CPU_BENCH (default
+# 1; 0 skips the CPU benches that follow the GPU ones), DIAGNOSE (default 0; 1 runs
+# diagnose_clips.py on each preset before the benches), BUDGET_S (default
 # 560: every step is cut at this many seconds from the start, so the whole run fits a 600 s
 # limit; the most telling steps run first).
 set -uo pipefail
@@ -19,6 +21,7 @@ PRESETS=${PRESETS:-so100-h264 so100}
 SAMPLES=${SAMPLES:-150}
 ROUNDS=${ROUNDS:-3}
 DEVICE=${DEVICE:-cuda}
+CPU_BENCH=${CPU_BENCH:-1}
 BUDGET_S=${BUDGET_S:-560}
 deadline=$((SECONDS + BUDGET_S))
 work=$(mktemp -d /tmp/episodestream-gpu-XXXXXX)
@@ -43,7 +46,9 @@ for name in avcodec avdevice avfilter avformat avutil swresample swscale; do
 done
 # the CUDA runtime and NVRTC that torchcodec links, from the nvidia-* packages beside torch
 cuda_libs=$("$PYTHON" -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for n in ("libnvrtc.so*", "libcudart.so*") for p in glob.glob(d + "/**/" + n, recursive=True)})))' 2>/dev/null || true)
-export LD_LIBRARY_PATH=$ffmpeg${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# and av.libs itself: PyAV's FFmpeg finds its own renamed dependencies (libdrm-*.so, ...) by
+# $ORIGIN, which is the symlink's folder when torchcodec loads it first (before `import av`)
+export LD_LIBRARY_PATH=$ffmpeg:$site/av.libs${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$site:$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 
@@ -74,8 +79,17 @@ for preset in $PRESETS; do
         --episodes 4 --length 300:360 "$work/$preset" > /dev/null 2>&1 || echo "failed: $preset"
 done
 
+if [ "${DIAGNOSE:-0}" != 0 ]; then
+    log "diagnose clips on NVDEC"
+    roots=()
+    for preset in $PRESETS; do [ -d "$work/$preset" ] && roots+=("$work/$preset"); done
+    timeout "$(left 90)" "$PYTHON" benchmarks/gpu/diagnose_clips.py "${roots[@]}" \
+        > "$OUT/diagnose.txt" 2>&1
+    cat "$OUT/diagnose.txt"
+fi
+
 devices=$DEVICE
-[ "$DEVICE" != cpu ] && devices="$DEVICE cpu"
+[ "$DEVICE" != cpu ] && [ "$CPU_BENCH" != 0 ] && devices="$DEVICE cpu"
 for device in $devices; do  # every preset on the GPU before any on the CPU
     for preset in $PRESETS; do
         [ -d "$work/$preset" ] || continue

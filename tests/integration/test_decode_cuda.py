@@ -21,7 +21,7 @@ MAX_MEAN_ABS_LEVELS = 2.0
 MAX_ABS_LEVELS = 40
 
 
-@pytest.mark.parametrize("dataset", ["synthetic_h264", "synthetic_hevc"])
+@pytest.mark.parametrize("dataset", ["synthetic_h264_nvdec", "synthetic_hevc_nvdec"])
 def test_cuda_samples_equal_the_cpu_path(
     dataset: str, request: pytest.FixtureRequest, datasets_cache_dir: Path
 ) -> None:
@@ -52,12 +52,12 @@ def test_cuda_samples_equal_the_cpu_path(
 
 
 def test_bench_decodes_on_cuda_and_compares_with_the_cpu(
-    synthetic_h264: Path, datasets_cache_dir: Path
+    synthetic_h264_nvdec: Path, datasets_cache_dir: Path
 ) -> None:
     samples = 60
     report = run_bench(
         BenchConfig(
-            root=str(synthetic_h264),
+            root=str(synthetic_h264_nvdec),
             tracks=("stream", "local", "floor"),
             samples=samples,
             keepup_samples=0,
@@ -80,7 +80,7 @@ def test_bench_decodes_on_cuda_and_compares_with_the_cpu(
     assert "on cuda (LEROBOT and NAIVE on the CPU)" in format_report(report)
 
 
-@pytest.mark.parametrize("dataset", ["synthetic_h264", "synthetic_hevc"])
+@pytest.mark.parametrize("dataset", ["synthetic_h264_nvdec", "synthetic_hevc_nvdec"])
 def test_nvdec_decodes_without_a_cpu_fallback(dataset: str, request: pytest.FixtureRequest) -> None:
     root: Path = request.getfixturevalue(dataset)
     path = sorted(root.glob("videos/**/*.mp4"))[0]
@@ -96,3 +96,19 @@ def test_to_float_on_the_gpu_is_lerobots_division_exactly() -> None:
     on_gpu = to_float(values.cuda()).cpu()
     assert torch.equal(on_gpu, to_float(values))  # x / 255 in IEEE float32, every value
     assert torch.equal(on_gpu, values.to(torch.float32) / 255)
+
+
+def test_a_frame_below_nvdecs_minimum_falls_back_visibly(synthetic_hevc: Path) -> None:
+    # 64x48 HEVC is below NVDEC's smallest HEVC frame (144x144): torchcodec decodes it on the
+    # CPU instead, and that must be reported, never silent
+    path = sorted(synthetic_hevc.glob("videos/**/*.mp4"))[0]
+    with (
+        open_decoder(path, backend="torchcodec", device="cuda") as gpu,
+        open_decoder(path, backend="torchcodec") as cpu,
+    ):
+        times = gpu.frame_times()[:2]
+        frames = gpu.frames_at(times)
+        assert gpu.cpu_fallback is not None
+        diff = (frames.cpu().int() - cpu.frames_at(times).int()).abs()
+        assert diff.float().mean() <= MAX_MEAN_ABS_LEVELS
+        assert diff.max() <= MAX_ABS_LEVELS

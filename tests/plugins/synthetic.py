@@ -45,6 +45,10 @@ SYNTHETIC_AV1_SPEC = SyntheticSpec(
 SYNTHETIC_H264_SPEC = replace(SYNTHETIC_AV1_SPEC, codec="h264")
 # the same with HEVC (libx265, B-frames)
 SYNTHETIC_HEVC_SPEC = replace(SYNTHETIC_AV1_SPEC, codec="hevc")
+# the H.264 and HEVC ones at a size NVDEC decodes (its smallest HEVC frame is 144x144; below
+# it torchcodec falls back to the CPU): for the GPU-decode tests
+SYNTHETIC_H264_NVDEC_SPEC = replace(SYNTHETIC_H264_SPEC, width=192, height=144)
+SYNTHETIC_HEVC_NVDEC_SPEC = replace(SYNTHETIC_HEVC_SPEC, width=192, height=144)
 # AV1 with the moov box after mdat
 SYNTHETIC_MOOV_END_SPEC = replace(SYNTHETIC_AV1_SPEC, moov="end")
 # AV1, 1 camera, chunks of 2 files: 6 episodes, 2 per video and data file, so files spill
@@ -106,6 +110,18 @@ def synthetic_h264(synthetic_dataset: Callable[[SyntheticSpec], Path]) -> Path:
 def synthetic_hevc(synthetic_dataset: Callable[[SyntheticSpec], Path]) -> Path:
     """:data:`SYNTHETIC_HEVC_SPEC`: as synthetic_av1 but HEVC with B-frames."""
     return synthetic_dataset(SYNTHETIC_HEVC_SPEC)
+
+
+@pytest.fixture(scope="session")
+def synthetic_h264_nvdec(synthetic_dataset: Callable[[SyntheticSpec], Path]) -> Path:
+    """:data:`SYNTHETIC_H264_NVDEC_SPEC`: synthetic_h264 at 192x144 (a size NVDEC decodes)."""
+    return synthetic_dataset(SYNTHETIC_H264_NVDEC_SPEC)
+
+
+@pytest.fixture(scope="session")
+def synthetic_hevc_nvdec(synthetic_dataset: Callable[[SyntheticSpec], Path]) -> Path:
+    """:data:`SYNTHETIC_HEVC_NVDEC_SPEC`: synthetic_hevc at 192x144 (a size NVDEC decodes)."""
+    return synthetic_dataset(SYNTHETIC_HEVC_NVDEC_SPEC)
 
 
 @pytest.fixture(scope="session")
