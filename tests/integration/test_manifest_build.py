@@ -12,8 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
-from episodestream.errors import ManifestError
+from episodestream import EpisodeStreamDataset
+from episodestream.errors import FrameNotFoundError, ManifestError
 from episodestream.lerobot import DatasetMeta, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, build_manifest
 from episodestream.mp4 import write_clip
@@ -195,12 +197,14 @@ def _copy(source: Path, target: Path) -> Path:
     return target
 
 
-def test_frame_count_mismatch_names_episode_and_camera(
+def test_a_video_frame_short_of_its_rows_raises_at_that_sample_only(
     lerobot_fixture_root: Path, tmp_path: Path
 ) -> None:
     root = _copy(lerobot_fixture_root, tmp_path / "ds")
     table = pq.read_table(root / EPISODES)
-    # episode 1 shifted one frame later in cam_high's file: its last frame is past the end
+    # episode 1 shifted one frame later in cam_high's file: its last row asks for a frame
+    # past the end of the file (LeRobot raises there too); every other row reads the frame
+    # one later than before, as LeRobot's from_timestamp + timestamp finds it
     for suffix in ("from_timestamp", "to_timestamp"):
         name = f"videos/{CAM}/{suffix}"
         values = table.column(name).to_pylist()
@@ -209,11 +213,52 @@ def test_frame_count_mismatch_names_episode_and_camera(
     pq.write_table(table, root / EPISODES)
     with LocalRangeReader(root) as reader:
         meta = load_dataset_meta(reader)
-        with pytest.raises(ManifestError) as raised:
-            build_manifest(reader, meta, progress=False)
-    message = str(raised.value)
-    assert f"episode 1 camera '{CAM}'" in message
-    assert "presents 60 frames" in message and "has 61" in message
+        manifest = build_manifest(reader, meta, progress=False)
+    assert manifest.span(1, CAM).frame_count == int(meta.episodes.length[1]) - 1
+    start = int(meta.episodes.dataset_from_index[1])
+    stop = int(meta.episodes.dataset_to_index[1])
+    cache = tmp_path / "cache"
+    with (
+        EpisodeStreamDataset(root, image_dtype="uint8", cache_dir=cache) as shifted,
+        EpisodeStreamDataset(lerobot_fixture_root, image_dtype="uint8", cache_dir=cache) as plain,
+    ):
+        for index in (start, start + 1, stop - 2):
+            assert torch.equal(shifted[index][CAM], plain[index + 1][CAM]), index
+            other = "observation.images.cam_left_wrist"
+            if other in meta.video_keys:
+                assert torch.equal(shifted[index][other], plain[index][other]), index
+        with pytest.raises(FrameNotFoundError) as raised:
+            shifted[stop - 1]
+        assert "episode 1" in str(raised.value) and CAM in str(raised.value)
+        # the next episode reads on
+        assert torch.equal(shifted[stop][CAM], plain[stop][CAM])
+
+
+def test_episodes_sharing_time_in_a_file_read_each_others_frames_as_lerobot_does(
+    lerobot_fixture_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _copy(lerobot_fixture_root, tmp_path / "ds")
+    table = pq.read_table(root / EPISODES)
+    # episode 1 made to start 6 frames into episode 0 (same file): LeRobot decodes it at
+    # from_timestamp + each row's timestamp, so its first rows are episode 0's frames 6...
+    name = f"videos/{CAM}/from_timestamp"
+    values = table.column(name).to_pylist()
+    values[1] = values[0] + 6 / 30
+    table = table.set_column(table.column_names.index(name), name, pa.array(values))
+    pq.write_table(table, root / EPISODES)
+    cache = tmp_path / "cache"
+    with caplog.at_level("WARNING", logger="episodestream"):
+        shifted = EpisodeStreamDataset(root, image_dtype="uint8", cache_dir=cache)
+    assert any("episodes 0 and 1 overlap in time" in r.getMessage() for r in caplog.records)
+    with (
+        shifted,
+        EpisodeStreamDataset(lerobot_fixture_root, image_dtype="uint8", cache_dir=cache) as plain,
+    ):
+        start0, start1 = table.column("dataset_from_index").to_pylist()[:2]
+        for k in (0, 5, 26):
+            assert torch.equal(shifted[start1 + k][CAM], plain[start0 + 6 + k][CAM]), k
+        # ...and past episode 0's end, the frames episode 1 had (now 6 frames earlier)
+        assert torch.equal(shifted[start1 + 27][CAM], plain[start1][CAM])
 
 
 def test_missing_and_corrupt_videos_name_the_file(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from episodestream.cache._source import ClipJob
+from episodestream.errors import FrameNotFoundError
 from episodestream.manifest import EpisodeManifest
 from episodestream.mp4 import TrackIndex, clip_frame_times, clip_size, write_clip
 from episodestream.storage import RangeReader
@@ -87,6 +88,12 @@ class ManifestClipSource:
         jobs = []
         for camera in self._cameras:
             span = self._manifest.span(episode, camera)
+            if span.frame_count == 0:
+                # LeRobot cannot read it either: raised when the episode is read, not at open
+                raise FrameNotFoundError(
+                    f"episode {episode} camera {camera!r}: {span.file_path} presents no frame "
+                    f"from its from_timestamp {span.from_timestamp_s:.6f} s on"
+                )
             file_id = self._manifest.file_id(span.file_path)
             track = self._track(file_id)
             plan = span.to_plan()

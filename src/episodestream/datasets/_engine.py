@@ -258,10 +258,13 @@ def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
         raise SamplingError("episodes is empty: select at least one episode")
     unknown = np.setdiff1d(ids, available)
     if unknown.size:
+        has = (
+            f"episodes {int(available.min())}..{int(available.max())} ({available.size} in all)"
+            if available.size
+            else "no episodes"
+        )
         raise SamplingError(
-            f"episodes lists unknown episode(s) {unknown[:10].tolist()}: the dataset has "
-            "episodes "
-            f"{int(available.min())}..{int(available.max())} ({available.size} in all)"
+            f"episodes lists unknown episode(s) {unknown[:10].tolist()}: the dataset has {has}"
         )
     if np.unique(ids).size != ids.size:
         raise SamplingError("episodes lists an episode more than once")

@@ -12,6 +12,7 @@ from episodestream.lerobot._meta import (
     EpisodeTable,
     VideoColumns,
     load_dataset_meta,
+    to_timestamp_convention,
 )
 from episodestream.lerobot._open import open_dataset_files, open_metadata_reader
 from episodestream.lerobot._rangefile import open_arrow_file
@@ -33,4 +34,5 @@ __all__ = [
     "open_arrow_file",
     "open_dataset_files",
     "open_metadata_reader",
+    "to_timestamp_convention",
 ]

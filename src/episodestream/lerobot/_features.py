@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from episodestream.errors import DatasetFormatError
 
 __all__ = ["Feature", "FeatureKind", "parse_features"]
+
+logger = logging.getLogger(__name__)
 
 FeatureKind = Literal["numeric", "string", "video", "image"]
 
@@ -27,7 +30,10 @@ _NUMERIC_DTYPES = frozenset(
         "float64",
     }
 )
-_STRING_DTYPES = frozenset({"string", "str"})
+_STRING_DTYPES = frozenset({"string", "str", "large_string"})
+# other spellings of numeric dtypes that Hugging Face datasets' ``Value`` (which LeRobot
+# builds its features with) accepts
+_DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "boolean": "bool"}
 _CHW = ("channels", "height", "width")
 _HWC = ("height", "width", "channels")
 # spellings seen in published datasets ("channel" is common for image features)
@@ -85,16 +91,22 @@ class Feature:
 
 
 def _names(raw: Any, *, file: str, key: str) -> tuple[str, ...] | None:
-    if raw is None:
-        return None
+    """Names as writers store them: a list, a nested list, a dict of lists, or null.
+
+    LeRobot's reader never reads them, so what cannot be made a flat list of strings is
+    dropped (logged), never refused.
+    """
     if isinstance(raw, dict):
         # e.g. {"motors": ["a", "b"]}: one axis named by its list
         lists = [v for v in raw.values() if isinstance(v, list)]
         raw = lists[0] if len(lists) == 1 else None
-        if raw is None:
-            return None
+    if isinstance(raw, list) and raw and all(isinstance(n, list) for n in raw):
+        raw = [n for part in raw for n in part]  # [["x", "y", "z"]]: one axis, nested
+    if raw is None:
+        return None
     if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
-        raise DatasetFormatError(f"{file}: field features.{key}.names must be a list of strings")
+        logger.info("%s: features.%s.names is not a list of names; ignored", file, key)
+        return None
     return tuple(raw)
 
 
@@ -128,35 +140,44 @@ def _visual(
         channels_first = True
     elif axes == _HWC:
         channels_first = False
-    elif names is None or len(names) != 3:
-        # no usable names: the channel axis is the one of size 1, 3 or 4 at either end
-        channels_first = shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4)
-        if not channels_first and shape[2] not in (1, 3, 4):
-            raise DatasetFormatError(
-                f"{file}: field features.{key}: cannot tell the channel axis of shape {shape}"
-            )
     else:
-        raise DatasetFormatError(
-            f"{file}: field features.{key}.names must be {list(_CHW)} or {list(_HWC)}, "
-            f"got {list(names)}"
-        )
+        # no usable names (LeRobot decodes the video whatever they say): the channel axis is
+        # the one of size 1, 3 or 4 at either end, the last when neither or both are
+        channels_first = shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4)
+        if names is not None:
+            logger.info(
+                "%s: features.%s.names %s do not name the axes of shape %s; channels %s",
+                file,
+                key,
+                list(names),
+                list(shape),
+                "first" if channels_first else "last",
+            )
     if channels_first:
         channels, height, width = shape
     else:
         height, width, channels = shape
     info = raw.get("info") or {}
     if not isinstance(info, dict):
-        raise DatasetFormatError(f"{file}: field features.{key}.info must be an object")
+        logger.info("%s: features.%s.info is not an object; ignored", file, key)
+        info = {}
     for name, expected in (("video.height", height), ("video.width", width)):
         value = info.get(name)
         if value is not None and value != expected:
-            raise DatasetFormatError(
-                f"{file}: field features.{key}.info.{name} = {value} disagrees with shape "
-                f"{list(shape)} (names {list(names) if names else None})"
+            # the decoder reports the video's own size; LeRobot reads neither
+            logger.warning(
+                "%s: features.%s.info.%s = %s disagrees with shape %s (names %s)",
+                file,
+                key,
+                name,
+                value,
+                list(shape),
+                list(names) if names else None,
             )
     fps = info.get("video.fps", 0.0)
-    if not isinstance(fps, int | float) or isinstance(fps, bool) or fps < 0:
-        raise DatasetFormatError(f"{file}: field features.{key}.info.video.fps is invalid")
+    if not isinstance(fps, int | float) or isinstance(fps, bool) or not 0 <= fps < float("inf"):
+        logger.info("%s: features.%s.info.video.fps %r ignored", file, key, fps)
+        fps = 0.0
     return Feature(
         key=key,
         dtype=dtype,
@@ -191,6 +212,7 @@ def parse_features(raw: Any, *, file: str) -> tuple[Feature, ...]:
         dtype = spec.get("dtype")
         if not isinstance(dtype, str):
             raise DatasetFormatError(f"{file}: field features.{key}.dtype is missing")
+        dtype = _DTYPE_ALIASES.get(dtype, dtype)
         shape = _shape(spec.get("shape"), file=file, key=key)
         names = _names(spec.get("names"), file=file, key=key)
         if dtype in ("video", "image"):

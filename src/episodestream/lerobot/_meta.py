@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,7 @@ __all__ = [
     "EpisodeTable",
     "VideoColumns",
     "load_dataset_meta",
+    "to_timestamp_convention",
 ]
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ _VERSION = re.compile(r"^v3(\.\d+)*$")
 # files up to this size are fetched whole (one request); larger ones by footer + column chunks
 WHOLE_FILE_MAX_BYTES = 1 << 20
 # from/to timestamps may differ from length/fps by this fraction of a frame (float rounding
-# by writers); more than that means the table and the videos disagree
+# by writers) and still count as one convention or the other
 TIMESTAMP_TOLERANCE_FRAMES = 0.25
 # bound on waiting for the metadata files (each read is bounded by the reader's timeouts)
 META_TIMEOUT_S = 600.0
@@ -52,8 +53,10 @@ META_TIMEOUT_S = 600.0
 class VideoColumns:
     """Where each episode lives in one camera's MP4 files (arrays indexed like the table).
 
-    ``from_timestamp`` / ``to_timestamp`` are seconds inside the MP4 file, half-open:
-    the episode's frames are presented at ``from_timestamp + k / fps`` for ``k < length``.
+    ``from_timestamp`` is the episode's start in the MP4 file, in seconds: its frames are
+    the ones presented at ``from_timestamp`` + each row's ``timestamp`` (LeRobot's rule).
+    ``to_timestamp`` is as the writer stored it (its end, or its last frame's time: see
+    :func:`to_timestamp_convention`), a hint only.
     """
 
     key: str
@@ -433,12 +436,27 @@ def _first_bad(mask: np.ndarray, episodes: np.ndarray) -> int:
 def _validate_episodes(
     table: EpisodeTable, *, fps: float, total_episodes: int, total_frames: int, where: str
 ) -> None:
-    """Consistency of the episodes table; raises DatasetFormatError naming the episode."""
+    """Consistency of the episodes table, checked as LeRobot's reader needs it.
+
+    Raises DatasetFormatError (naming the episode) only where the table cannot be read at
+    all: duplicate or negative indices, lengths that disagree with the row ranges, row
+    ranges that overlap, non-finite times. What LeRobot's reader does not check either
+    (``info.json`` totals, ``to_timestamp``, episodes sharing time in one file) is logged
+    and left to the samples: a frame that is not there raises at that sample.
+    """
     ep = table.episode_index
     n = len(ep)
-    if n != total_episodes:
+    if n == 0 and total_episodes:
         raise DatasetFormatError(
-            f"{where}: {n} episode rows but {INFO_PATH} total_episodes is {total_episodes}"
+            f"{where}: no episode rows, but {INFO_PATH} total_episodes is {total_episodes}"
+        )
+    if n != total_episodes:
+        logger.warning(
+            "%s: %d episode rows but %s total_episodes is %d; reading the rows",
+            where,
+            n,
+            INFO_PATH,
+            total_episodes,
         )
     if n == 0:
         return
@@ -481,11 +499,13 @@ def _validate_episodes(
             f"dataset_from_index/dataset_to_index"
         )
     if int(table.length.sum()) != total_frames:
-        raise DatasetFormatError(
-            f"{where}: episode lengths sum to {int(table.length.sum())} but {INFO_PATH} "
-            f"total_frames is {total_frames}"
+        logger.warning(
+            "%s: episode lengths sum to %d but %s total_frames is %d; reading the rows",
+            where,
+            int(table.length.sum()),
+            INFO_PATH,
+            total_frames,
         )
-    tolerance = TIMESTAMP_TOLERANCE_FRAMES / fps
     for video in table.videos:
         prefix = f"videos/{video.key}"
         for name in ("chunk_index", "file_index"):
@@ -495,34 +515,64 @@ def _validate_episodes(
                     f"{where}: column '{prefix}/{name}' is negative for episode "
                     f"{_first_bad(values < 0, ep)}"
                 )
-        t0, t1 = video.from_timestamp, video.to_timestamp
-        bad = ~np.isfinite(t0) | ~np.isfinite(t1) | (t0 < 0)
+        t0 = video.from_timestamp
+        bad = ~np.isfinite(t0) | (t0 < 0)
         if bad.any():
             raise DatasetFormatError(
                 f"{where}: episode {_first_bad(bad, ep)}: '{prefix}/from_timestamp' must be "
                 f"finite and non-negative"
             )
-        duration = t1 - t0
-        expected = table.length / fps
-        bad = np.abs(duration - expected) > tolerance
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise DatasetFormatError(
-                f"{where}: episode {int(ep[i])}: '{prefix}/to_timestamp' - from_timestamp = "
-                f"{duration[i]:.6f} s but length / fps = {expected[i]:.6f} s"
-            )
-        # episodes sharing one MP4 file must not overlap in time
+        _note_to_timestamp(video, table.length, fps, where)
+        # episodes sharing time in one file read each other's frames, in LeRobot too
         order = np.lexsort((t0, video.file_index, video.chunk_index))
         same_file = (np.diff(video.chunk_index[order]) == 0) & (
             np.diff(video.file_index[order]) == 0
         )
-        overlap = same_file & (t0[order][1:] < t1[order][:-1] - tolerance)
+        end = t0 + table.length / fps
+        tolerance = TIMESTAMP_TOLERANCE_FRAMES / fps
+        overlap = same_file & (t0[order][1:] < end[order][:-1] - tolerance)
         if overlap.any():
             i = int(np.argmax(overlap))
-            raise DatasetFormatError(
-                f"{where}: episodes {int(ep[order[i]])} and {int(ep[order[i + 1]])} overlap "
-                f"in time inside one '{prefix}' file"
+            logger.warning(
+                "%s: episodes %d and %d overlap in time inside one '%s' file; each reads the "
+                "frames at its from_timestamp + timestamps, as LeRobot does",
+                where,
+                int(ep[order[i]]),
+                int(ep[order[i + 1]]),
+                prefix,
             )
+
+
+def to_timestamp_convention(
+    video: VideoColumns, length: np.ndarray, fps: float
+) -> Literal["end", "last frame", "other"]:
+    """How a camera's ``to_timestamp`` column was written: the episode's end
+    (``from + length / fps``, LeRobot's writer), its last frame (``from + (length - 1) /
+    fps``, some converters), or neither. Only a hint either way: frames are found at
+    ``from_timestamp`` + each row's timestamp."""
+    duration = video.to_timestamp - video.from_timestamp
+    tolerance = TIMESTAMP_TOLERANCE_FRAMES / fps
+    with np.errstate(invalid="ignore"):
+        if bool(np.all(np.abs(duration - length / fps) <= tolerance)):
+            return "end"
+        if bool(np.all(np.abs(duration - (length - 1) / fps) <= tolerance)):
+            return "last frame"
+    return "other"
+
+
+def _note_to_timestamp(video: VideoColumns, length: np.ndarray, fps: float, where: str) -> None:
+    convention = to_timestamp_convention(video, length, fps)
+    if convention == "other":
+        logger.info(
+            "%s: 'videos/%s/to_timestamp' is neither each episode's end nor its last frame; "
+            "ignored (frames are found at from_timestamp + each row's timestamp)",
+            where,
+            video.key,
+        )
+    elif convention == "last frame":
+        logger.debug(
+            "%s: 'videos/%s/to_timestamp' marks each episode's last frame", where, video.key
+        )
 
 
 def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from episodestream.errors import (
     EpisodeStreamError,
+    FrameNotFoundError,
     ManifestError,
     Mp4FormatError,
     NotFound,
@@ -45,9 +46,13 @@ _MOOV_BYTES_PER_FRAME = 24
 _MOOV_FIXED_BYTES = 16 << 10
 _MIN_FIRST_PROBE = 16 << 10
 _MAX_FIRST_PROBE = 16 << 20
-# the span of an episode is [from_timestamp, to_timestamp - half a frame]: every frame of
-# the episode is presented in it, the next episode's first frame is not
+# the span of an episode is [from_timestamp, from_timestamp + (length - half a frame) / fps]:
+# the frames played at from_timestamp + k / fps for every row k (LeRobot's queries), not the
+# next frame; from its length, not to_timestamp (writers store either the end or the last
+# frame there), unless to_timestamp reaches further (see _span_ends)
 _SPAN_END_FRAMES = 0.5
+# episode-cameras whose frame count differs from their rows, logged one by one up to this
+_MISMATCHES_LOGGED = 5
 # whole build: per-file waits are bounded by the reader's own timeouts; this bounds the pool
 DEFAULT_BUILD_TIMEOUT_S = 6 * 3600.0
 
@@ -136,24 +141,47 @@ def _index_file(
             f"{track.num_samples} samples do): the file is damaged or truncated"
         )
     plans = {name: np.zeros(len(job.rows), dtype=SPAN_FIELDS[name]) for name in _PLAN_FIELDS}
+    mismatched = 0
     for i in range(len(job.rows)):
         t0, t1 = float(job.t0[i]), float(job.t1[i])
         episode, length = int(job.episodes[i]), int(job.lengths[i])
         try:
             plan = plan_span(track, t0, t1)
+        except FrameNotFoundError as error:
+            # no frame at all: every sample of the episode raises when it is read (as in
+            # LeRobot), the other episodes read on
+            logger.warning("episode %d camera %r (%s): %s", episode, job.camera, path, error)
+            plans["frame_count"][i] = 0
+            continue
         except (Mp4FormatError, UnsupportedMp4Error, ValueError, LookupError) as error:
             raise ManifestError(
                 f"episode {episode} camera {job.camera!r} ({path}): cannot plan span "
                 f"[{t0:.6f}, {t1:.6f}] s: {error}"
             ) from error
-        if plan.frame_count != length:
-            raise ManifestError(
-                f"episode {episode} camera {job.camera!r}: {path} presents "
-                f"{plan.frame_count} frames in [{t0:.6f}, {t1:.6f}] s but the episode has "
-                f"{length}"
-            )
+        if plan.frame_count < length:
+            # a frame a row asks for that is not there raises at that sample (more frames
+            # than rows are harmless: the rows ask for theirs)
+            mismatched += 1
+            if mismatched <= _MISMATCHES_LOGGED:
+                logger.warning(
+                    "episode %d camera %r: %s presents %d frames in [%.6f, %.6f] s but the "
+                    "episode has %d rows",
+                    episode,
+                    job.camera,
+                    path,
+                    plan.frame_count,
+                    t0,
+                    t1,
+                    length,
+                )
         for name in _PLAN_FIELDS:
             plans[name][i] = getattr(plan, name)
+    if mismatched > _MISMATCHES_LOGGED:
+        logger.warning(
+            "%s: %d episodes present fewer frames than their rows",
+            path,
+            mismatched,
+        )
     return info, track, plans
 
 
@@ -167,13 +195,11 @@ def _file_jobs(
     length = table.length[selected]
     jobs: list[_FileJob] = []
     file_ids = np.empty((len(episode_index), len(meta.video_keys)), dtype=np.int32)
-    half_frame = _SPAN_END_FRAMES / meta.fps
     for c, key in enumerate(meta.video_keys):
         columns = table.video(key)
         chunk_index = columns.chunk_index[selected]
         file_index = columns.file_index[selected]
         from_timestamp = columns.from_timestamp[selected]
-        to_timestamp = columns.to_timestamp[selected]
         pairs = np.stack([chunk_index, file_index], axis=1)
         unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -190,10 +216,29 @@ def _file_jobs(
                     episodes=episode_index[rows],
                     lengths=length[rows],
                     t0=from_timestamp[rows],
-                    t1=to_timestamp[rows] - half_frame,
+                    t1=_span_ends(
+                        from_timestamp[rows],
+                        columns.to_timestamp[selected][rows],
+                        length[rows],
+                        meta.fps,
+                    ),
                 )
             )
     return jobs, file_ids
+
+
+def _span_ends(
+    from_timestamp: np.ndarray, to_timestamp: np.ndarray, length: np.ndarray, fps: float
+) -> np.ndarray:
+    """Where each episode's span ends in its file: half a frame before ``from + length /
+    fps``, or before ``to_timestamp`` where that is later. LeRobot finds frames at
+    ``from_timestamp`` + each row's timestamp, whatever ``fps`` says: when the rows' times
+    run past ``length / fps`` (an ``fps`` that is not the video's), ``to_timestamp``, which
+    writers take from the video, still covers them. NaN or earlier ``to_timestamp``s are
+    ignored."""
+    half_frame = _SPAN_END_FRAMES / fps
+    by_length = from_timestamp + length / fps - half_frame
+    return np.fmax(by_length, to_timestamp - half_frame)
 
 
 def _index_files(
