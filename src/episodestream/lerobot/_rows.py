@@ -19,8 +19,9 @@ from episodestream.storage import RangeReader
 __all__ = ["DEFAULT_ROW_CACHE_BYTES", "EpisodeRowReader", "column_to_numpy"]
 
 DEFAULT_ROW_CACHE_BYTES = 64 << 20
-# always read: they prove the rows belong to the episode, and cost 16 bytes a frame
-_CHECK_COLUMNS = ("episode_index", "frame_index")
+# always read: it proves the rows belong to the episode, and costs 8 bytes a frame
+# (frame_index is returned as written: LeRobot's reader does not check it either)
+_CHECK_COLUMNS = ("episode_index",)
 
 
 def column_to_numpy(column: pa.ChunkedArray | pa.Array, *, what: str) -> np.ndarray:
@@ -119,7 +120,7 @@ class EpisodeRowReader:
     Rows of a data file are in global ``index`` order (as LeRobot writes them), so an
     episode occupies rows ``[dataset_from_index - first, dataset_to_index - first)`` where
     ``first`` is the smallest ``dataset_from_index`` of the episodes in that file; the
-    ``episode_index`` and ``frame_index`` columns read back confirm it.
+    ``episode_index`` column read back confirms it.
     """
 
     def __init__(
@@ -229,7 +230,7 @@ class EpisodeRowReader:
         Raises:
             KeyError: no such episode.
             DatasetFormatError: a missing column, too few rows, or rows whose
-                ``episode_index`` / ``frame_index`` are not this episode's 0..length-1.
+                ``episode_index`` is not this episode's.
         """
         meta = self._meta
         table = meta.episodes
@@ -274,13 +275,6 @@ class EpisodeRowReader:
             raise DatasetFormatError(
                 f"{path}: row {start + bad} holds episode_index {int(episodes[bad])}, expected "
                 f"{episode_index} (rows must follow dataset_from_index order)"
-            )
-        frames = result["frame_index"]
-        if not np.array_equal(frames, np.arange(length)):
-            bad = int(np.argmax(frames != np.arange(length)))
-            raise DatasetFormatError(
-                f"{path}: episode {episode_index}: frame_index at row {start + bad} is "
-                f"{int(frames[bad])}, expected {bad} (must run 0..{length - 1})"
             )
         return {name: result[name] for name in wanted}
 
