@@ -201,7 +201,6 @@ INFO_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         lambda i: i.update(data_path="data/{chunk_index}/{file_index}/{episode_index}.pq"),
         "episode_index",
     ),
-    ("tasks", lambda i: i.update(total_tasks=4), "total_tasks"),
 ]
 
 
@@ -308,6 +307,7 @@ TOLERATED_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ),
     ("rows", lambda root: edit_episodes(root, lambda t: t.slice(0, 4)), "4 episode rows"),
     ("frames", lambda root: edit_info(root, lambda i: i.update(total_frames=245)), "total_frames"),
+    ("tasks", lambda root: edit_info(root, lambda i: i.update(total_tasks=4)), "total_tasks"),
     (
         "names",
         lambda root: edit_info(

@@ -593,8 +593,12 @@ def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:
             f"{TASKS_PATH}: column 'task_index' must hold 0..{len(indices) - 1} once each"
         )
     if len(indices) != total_tasks:
-        raise DatasetFormatError(
-            f"{TASKS_PATH}: {len(indices)} tasks but {INFO_PATH} total_tasks is {total_tasks}"
+        logger.warning(
+            "%s: %d tasks but %s total_tasks is %d; reading the tasks",
+            TASKS_PATH,
+            len(indices),
+            INFO_PATH,
+            total_tasks,
         )
     ordered = [""] * len(indices)
     for index, text in zip(indices.tolist(), texts, strict=True):
