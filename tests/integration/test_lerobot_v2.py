@@ -33,29 +33,15 @@ from episodestream.lerobot._paths import V2_FIELDS, check_template, resolve_temp
 from episodestream.storage import LocalRangeReader, open_reader
 from episodestream.synthetic import SyntheticSpec, read_frame_identity
 from tests.plugins.storage import HubStandIn, S3Stand
-
-FPS = 30
-CAMERAS = ("observation.images.cam_high", "observation.images.cam_left_wrist")
-# 6 episodes of 8-20 frames, 4 per chunk (episodes 4 and 5 in chunk-001); published v2.x
-# files often keep the moov at the tail, so v2.1 does here
-V21_SPEC = SyntheticSpec(
-    cameras=CAMERAS,
-    width=64,
-    height=48,
-    fps=FPS,
-    episodes=6,
-    min_length=8,
-    max_length=20,
-    chunks_size=4,
-    codec="av1",
-    moov="end",
-    seed=7,
-    layout="v2.1",
+from tests.support.lerobot_v2 import (
+    CAMERAS,
+    DELTA_TIMESTAMPS,
+    FPS,
+    TWIN_SPEC,
+    V20_SPEC,
+    V21_SPEC,
 )
-V20_SPEC = replace(V21_SPEC, layout="v2.0", moov="start")
-TWIN_SPEC = replace(V21_SPEC, layout="v3.0", moov="start")
-DELTA_FRAMES = {CAMERAS[0]: [-3, 0, 2], "observation.state": [-2, 0], "action": [0, 1, 5]}
-DELTA_TIMESTAMPS = {key: [k / FPS for k in frames] for key, frames in DELTA_FRAMES.items()}
+
 # the columns of meta/episodes in the order LeRobot 0.4's v2.1 -> v3.0 converter writes them
 CONVERTED_EPISODE_COLUMNS = [
     "episode_index",
