@@ -273,18 +273,21 @@ def _episode_columns(table: EpisodeTable, rows: list[dict[str, Any]]) -> pa.Tabl
 # statistics
 
 
-def _as_arrays(value: Any) -> Any:
-    """Leaves of nested dicts to numpy arrays (LeRobot's ``cast_stats_to_numpy``)."""
-    if isinstance(value, Mapping):
-        return {key: _as_arrays(inner) for key, inner in value.items()}
-    return np.array(value)
+def _stacked(stats: list[Mapping[str, Any]], name: str) -> np.ndarray:
+    # one array over the episodes at once: equal to LeRobot's np.stack of each episode's
+    # np.array, without a Python array per episode and statistic
+    return np.array([s[name] for s in stats])
 
 
-def _aggregate_feature(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _aggregate_feature(stats: list[Mapping[str, Any]], key: str) -> dict[str, np.ndarray]:
+    counts = _stacked(stats, "count")
+    if counts.ndim != 2 or counts.shape[1] != 1:
+        raise DatasetFormatError(
+            f"{V2_EPISODES_STATS_PATH}: stats of {key!r}: 'count' must be [n] in every episode"
+        )
     # the operations and their order are LeRobot's, so the floats come out bit for bit equal
-    means = np.stack([s["mean"] for s in stats])
-    variances = np.stack([s["std"] ** 2 for s in stats])
-    counts = np.stack([s["count"] for s in stats])
+    means = _stacked(stats, "mean")
+    variances = _stacked(stats, "std") ** 2
     total_count = counts.sum(axis=0)
     while counts.ndim < means.ndim:
         counts = np.expand_dims(counts, axis=-1)
@@ -292,37 +295,34 @@ def _aggregate_feature(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarr
     delta_means = means - total_mean
     total_variance = ((variances + delta_means**2) * counts).sum(axis=0) / total_count
     aggregated = {
-        "min": np.min(np.stack([s["min"] for s in stats]), axis=0),
-        "max": np.max(np.stack([s["max"] for s in stats]), axis=0),
+        "min": np.min(_stacked(stats, "min"), axis=0),
+        "max": np.max(_stacked(stats, "max"), axis=0),
         "mean": total_mean,
         "std": np.sqrt(total_variance),
         "count": total_count,
     }
     for name in (k for k in stats[0] if k.startswith("q") and k[1:].isdigit()):
         if all(name in s for s in stats):
-            aggregated[name] = (np.stack([s[name] for s in stats]) * counts).sum(
-                axis=0
-            ) / total_count
+            aggregated[name] = (_stacked(stats, name) * counts).sum(axis=0) / total_count
     return aggregated
 
 
 def aggregate_stats(episode_stats: list[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """LeRobot's ``aggregate_stats`` over per-episode statistics (feature -> stat -> values):
-    count-weighted means, pooled variances, elementwise min/max, count-weighted quantiles
-    ``qNN`` where every episode has them. Features absent from some episodes aggregate over
-    the episodes that have them.
+    """LeRobot's ``aggregate_stats`` over per-episode statistics (feature -> stat -> values,
+    as JSON gives them or as arrays): count-weighted means, pooled variances, elementwise
+    min/max, count-weighted quantiles ``qNN`` where every episode has them. A feature absent
+    from some episodes aggregates over those that have it.
 
     Raises:
         DatasetFormatError: a statistic is missing, ``count`` is not one number, or the
             episodes' shapes disagree (naming the feature).
     """
-    arrays = [_as_arrays(stats) for stats in episode_stats]
-    keys = dict.fromkeys(key for stats in arrays for key in stats)
+    keys = dict.fromkeys(key for stats in episode_stats for key in stats)
     result: dict[str, dict[str, np.ndarray]] = {}
     for key in keys:
-        with_key = [stats[key] for stats in arrays if key in stats]
+        with_key = [stats[key] for stats in episode_stats if key in stats]
         for feature in with_key:
-            if not isinstance(feature, dict):
+            if not isinstance(feature, Mapping):
                 raise DatasetFormatError(
                     f"{V2_EPISODES_STATS_PATH}: stats of {key!r} must be an object"
                 )
@@ -331,13 +331,8 @@ def aggregate_stats(episode_stats: list[Mapping[str, Any]]) -> dict[str, dict[st
                 raise DatasetFormatError(
                     f"{V2_EPISODES_STATS_PATH}: stats of {key!r} lack {missing}"
                 )
-            if feature["count"].shape != (1,):
-                raise DatasetFormatError(
-                    f"{V2_EPISODES_STATS_PATH}: stats of {key!r}: 'count' must be [n], "
-                    f"got shape {feature['count'].shape}"
-                )
         try:
-            result[key] = _aggregate_feature(with_key)
+            result[key] = _aggregate_feature(with_key, key)
         except (ValueError, TypeError) as error:  # shapes or values that do not combine
             raise DatasetFormatError(
                 f"{V2_EPISODES_STATS_PATH}: stats of {key!r} cannot be aggregated: {error}"
