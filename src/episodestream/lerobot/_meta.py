@@ -114,7 +114,8 @@ class DatasetMeta:
     Attributes:
         root: the dataset location as given (informational; keys local caches).
         revision: the store's revision (Hub commit, ...) when known.
-        codebase_version: ``v3.x``.
+        codebase_version: as published: ``v3.x``, or ``v2.1`` / ``v2.0``, whose metadata is
+            presented v3-shaped (``info`` then reads as LeRobot's v3.0 conversion of it).
         fps: frames per second from ``info.json``.
         features: every feature, in ``info.json`` order.
         episodes: the episodes table.
