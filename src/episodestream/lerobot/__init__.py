@@ -1,4 +1,5 @@
-"""LeRobot v3 layer: dataset metadata and per-episode Parquet rows, read through a RangeReader."""
+"""LeRobot layer: dataset metadata (v3.x; v2.1 and v2.0 presented v3-shaped) and per-episode
+Parquet rows, read through a RangeReader."""
 
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, FeatureKind

@@ -137,7 +137,8 @@ class LeRobotMetadata:
         self.dataset_meta = meta
         self.repo_id = repo_id
         self.root = root
-        self.revision = revision or meta.revision or meta.codebase_version
+        # the version LeRobot would see: a v2.x source is presented as its v3.0 conversion
+        self.revision = revision or meta.revision or meta.info.get("codebase_version")
         info = LeRobotInfo(copy.deepcopy(meta.info))
         for feature in info.get("features", {}).values():
             if isinstance(feature, dict) and isinstance(feature.get("shape"), list):

@@ -40,6 +40,7 @@ EPISODES_DIR = "meta/episodes"
 EPISODES_TEMPLATE = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 _EPISODES_FILE = re.compile(r"^meta/episodes/chunk-(\d+)/file-(\d+)\.parquet$")
 _VERSION = re.compile(r"^v3(\.\d+)*$")
+_V2_VERSION = re.compile(r"^v2\.[01]$")
 # files up to this size are fetched whole (one request); larger ones by footer + column chunks
 WHOLE_FILE_MAX_BYTES = 1 << 20
 # from/to timestamps may differ from length/fps by this fraction of a frame (float rounding
@@ -116,7 +117,8 @@ class DatasetMeta:
     Attributes:
         root: the dataset location as given (informational; keys local caches).
         revision: the store's revision (Hub commit, ...) when known.
-        codebase_version: ``v3.x``.
+        codebase_version: as published: ``v3.x``, or ``v2.1`` / ``v2.0``, whose metadata is
+            presented v3-shaped (``info`` then reads as LeRobot's v3.0 conversion of it).
         fps: frames per second from ``info.json``.
         features: every feature, in ``info.json`` order.
         episodes: the episodes table.
@@ -606,6 +608,11 @@ def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:
     return tuple(ordered)
 
 
+def is_v2_version(version: object) -> bool:
+    """Whether ``codebase_version`` names a LeRobot v2.x layout read as published (v2.0, v2.1)."""
+    return isinstance(version, str) and bool(_V2_VERSION.match(version))
+
+
 def load_dataset_meta(
     reader: RangeReader,
     *,
@@ -613,7 +620,8 @@ def load_dataset_meta(
     revision: str | None = None,
     load_stats: bool = True,
 ) -> DatasetMeta:
-    """Read and validate the metadata of the LeRobot v3 dataset behind ``reader``.
+    """Read and validate the metadata of the LeRobot dataset behind ``reader``: v3.x, or
+    v2.1 / v2.0 presented v3-shaped (``episodestream.lerobot._v2``).
 
     Args:
         reader: reads the dataset's files (paths relative to the dataset root).
@@ -632,10 +640,22 @@ def load_dataset_meta(
     if not isinstance(info, dict):
         raise DatasetFormatError(f"{INFO_PATH}: must hold a JSON object")
     version = info.get("codebase_version")
+    if is_v2_version(version):
+        # one Parquet and one MP4 per episode, JSON Lines tables: read as published
+        from episodestream.lerobot._v2 import load_v2_meta  # builds on this module
+
+        return load_v2_meta(
+            reader,
+            raw_info=raw_info,
+            info=info,
+            root=root,
+            revision=revision,
+            load_stats=load_stats,
+        )
     if not isinstance(version, str) or not _VERSION.match(version):
         raise DatasetFormatError(
-            f"{INFO_PATH}: field 'codebase_version' is {version!r}; only LeRobot v3.x datasets "
-            f"are supported (convert v2.x with LeRobot's v3 conversion script)"
+            f"{INFO_PATH}: field 'codebase_version' is {version!r}; LeRobot v3.x, v2.1 and "
+            f"v2.0 datasets are supported (convert older ones with LeRobot's scripts)"
         )
     fps = info.get("fps")
     if not isinstance(fps, int | float) or isinstance(fps, bool) or not fps > 0:

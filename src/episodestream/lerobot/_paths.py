@@ -7,15 +7,30 @@ import string
 
 from episodestream.errors import DatasetFormatError
 
-__all__ = ["check_template", "resolve_template"]
+__all__ = ["V2_FIELDS", "V3_FIELDS", "check_template", "resolve_template"]
 
 # the fields LeRobot v3 templates may use; anything else (attribute access, indexing,
 # unknown names) is rejected before formatting so a template cannot run arbitrary lookups
-_ALLOWED_FIELDS = frozenset({"chunk_index", "file_index", "video_key"})
+V3_FIELDS = frozenset({"chunk_index", "file_index", "video_key"})
+# LeRobot v2.x names each file by its episode: ``{episode_chunk}`` is the chunk and
+# ``{episode_index}`` the file (one file per episode), so they resolve from the same
+# (chunk_index, file_index) pair as v3's fields
+V2_FIELDS = frozenset({"episode_chunk", "episode_index", "video_key"})
+_V2_ALIASES = {"episode_chunk": "chunk_index", "episode_index": "file_index"}
 
 
-def check_template(template: object, *, file: str, field: str, required: frozenset[str]) -> str:
+def check_template(
+    template: object,
+    *,
+    file: str,
+    field: str,
+    required: frozenset[str],
+    allowed: frozenset[str] = V3_FIELDS,
+) -> str:
     """Validate a path template string; returns it.
+
+    ``allowed`` is the set of fields the layout's templates may use (:data:`V3_FIELDS`, or
+    :data:`V2_FIELDS` for LeRobot v2.x).
 
     Raises:
         DatasetFormatError: not a string, a field outside the allowed set, a format spec
@@ -33,10 +48,10 @@ def check_template(template: object, *, file: str, field: str, required: frozens
     for _literal, name, spec, conversion in parsed:
         if name is None:
             continue
-        if name not in _ALLOWED_FIELDS:
+        if name not in allowed:
             raise DatasetFormatError(
                 f"{file}: field {field!r}: template {template!r} uses {{{name}}}; allowed "
-                f"fields are {sorted(_ALLOWED_FIELDS)}"
+                f"fields are {sorted(allowed)}"
             )
         if conversion or (spec and not spec.rstrip("d").isdigit()):
             raise DatasetFormatError(
@@ -55,7 +70,8 @@ def check_template(template: object, *, file: str, field: str, required: frozens
 def resolve_template(template: str, *, what: str, **fields: int | str) -> str:
     """Format ``template`` and check the result stays inside the dataset root.
 
-    Returns a normalized relative POSIX path.
+    Returns a normalized relative POSIX path. A v2.x template's ``{episode_chunk}`` and
+    ``{episode_index}`` take the values of ``chunk_index`` and ``file_index``.
 
     Raises:
         DatasetFormatError: a negative index, or a path that is absolute, empty, or climbs
@@ -64,6 +80,9 @@ def resolve_template(template: str, *, what: str, **fields: int | str) -> str:
     for name, value in fields.items():
         if isinstance(value, int) and value < 0:
             raise DatasetFormatError(f"{what}: negative {name} {value}")
+    for alias, name in _V2_ALIASES.items():
+        if name in fields:
+            fields.setdefault(alias, fields[name])
     try:
         path = template.format(**fields)
     except (KeyError, IndexError, ValueError) as error:

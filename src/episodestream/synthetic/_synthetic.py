@@ -1,5 +1,6 @@
 """Synthetic LeRobot v3.0 datasets: real MP4s (AV1/H.264/HEVC) and Parquet, deterministic for a
-seed, every frame stamped with its (episode, frame) identity.
+seed, every frame stamped with its (episode, frame) identity. ``layout="v2.1"`` / ``"v2.0"``
+writes the same episodes in LeRobot 0.3.x's layout instead (see :class:`SyntheticSpec`).
 
 Videos hold several episodes back to back per file, encoded in one continuous pass, so (as in
 converted datasets) an episode may start mid-GOP; with ``codec="h264"``/``"hevc"`` frames are
@@ -39,6 +40,7 @@ __all__ = [
     "PRESETS",
     "WRITER_FORMAT_VERSION",
     "Codec",
+    "Layout",
     "MoovPosition",
     "SyntheticSpec",
     "default_cache_dir",
@@ -54,6 +56,7 @@ WRITER_FORMAT_VERSION = 1
 Codec = Literal["av1", "h264", "hevc"]
 MoovPosition = Literal["start", "end"]
 ImageLayout = Literal["chw", "hwc"]
+Layout = Literal["v3.0", "v2.1", "v2.0"]
 
 DEFAULT_CAMERAS: tuple[str, ...] = (
     "observation.images.cam_high",
@@ -73,6 +76,12 @@ _MAX_FPS = 240
 _CACHE_ENV = "EPISODESTREAM_CACHE"
 _CACHE_LOCK_TIMEOUT_S = 900.0
 _SPEC_FILE = "synthetic_spec.json"
+# LeRobot 0.3.x's path templates (v2.0 and v2.1): one Parquet and one MP4 per episode
+V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V2_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+# statistics LeRobot 0.3.x wrote per episode (v2.1) and for the dataset (v2.0: no count)
+_V21_STAT_NAMES = ("min", "max", "mean", "std", "count")
+_V20_STAT_NAMES = ("mean", "std", "min", "max")
 
 
 def _fail(message: str) -> DatasetFormatError:
@@ -109,6 +118,14 @@ class SyntheticSpec:
         content: what the cameras show: ``"wave"`` (smooth, cheap to decode) or ``"texture"``
             (a detailed panning scene with a moving object and sensor noise: realistic decode
             cost, for benchmarks at LeRobot's frame sizes).
+        layout: ``"v3.0"`` (LeRobot 0.4+), or LeRobot 0.3.x's ``"v2.1"`` / ``"v2.0"``: one
+            Parquet and one MP4 per episode (each MP4 starting at time 0, so
+            ``episodes_per_file`` and ``episodes_per_data_file`` must be 1 or None),
+            ``meta/episodes.jsonl`` and ``meta/tasks.jsonl``, per-episode statistics in
+            ``meta/episodes_stats.jsonl`` (v2.1) or the dataset's in ``meta/stats.json``
+            (v2.0, whose video features carry ``video_info`` as v1 conversions wrote it).
+            Frames, rows and file bytes equal those of the v3.0 layout with one episode per
+            file.
 
     Raises:
         DatasetFormatError: any invalid value (also a ``ValueError``).
@@ -133,12 +150,16 @@ class SyntheticSpec:
     image_layout: ImageLayout = "hwc"
     robot_type: str = "synthetic"
     content: str = "wave"
+    layout: Layout = "v3.0"
 
     def __post_init__(self) -> None:
         # accept lists for convenience; store tuples so the spec stays hashable
         object.__setattr__(self, "cameras", tuple(self.cameras))
         object.__setattr__(self, "tasks", tuple(self.tasks))
         self._validate()
+        if self.layout != "v3.0":
+            object.__setattr__(self, "episodes_per_file", 1)
+            object.__setattr__(self, "episodes_per_data_file", 1)
         if self.episodes_per_file is None:
             object.__setattr__(
                 self,
@@ -214,6 +235,12 @@ class SyntheticSpec:
             raise _fail(f"robot_type must be a string, got {self.robot_type!r}")
         if self.content not in CONTENTS:
             raise _fail(f"content must be one of {list(CONTENTS)}, got {self.content!r}")
+        if self.layout not in get_args(Layout):
+            raise _fail(f"layout must be one of {list(get_args(Layout))}, got {self.layout!r}")
+        if self.layout != "v3.0":
+            for name in ("episodes_per_file", "episodes_per_data_file"):
+                if getattr(self, name) not in (None, 1):
+                    raise _fail(f"layout {self.layout!r} holds one episode per file: {name} 1")
 
     def episode_lengths(self) -> np.ndarray:
         """Length in frames of every episode (int64), drawn from the seed."""
@@ -225,6 +252,8 @@ class SyntheticSpec:
         fields = asdict(self)
         if fields["content"] == "wave":
             del fields["content"]  # datasets written before texture content keep their key
+        if fields["layout"] == "v3.0":
+            del fields["layout"]  # and those written before the v2.x layouts
         payload = json.dumps(
             {"writer_format_version": WRITER_FORMAT_VERSION, **fields}, sort_keys=True
         )
@@ -314,6 +343,22 @@ def _chunk_file(number: int, chunks_size: int) -> tuple[int, int]:
     return divmod(number, chunks_size)
 
 
+def _video_file(spec: SyntheticSpec, key: str, number: int) -> str:
+    """Relative path of camera ``key``'s ``number``-th MP4 (v2.x: episode ``number``'s)."""
+    chunk, file = _chunk_file(number, spec.chunks_size)
+    if spec.layout == "v3.0":
+        return f"videos/{key}/chunk-{chunk:03d}/file-{file:03d}.mp4"
+    return V2_VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=number)
+
+
+def _data_file(spec: SyntheticSpec, number: int) -> str:
+    """Relative path of the ``number``-th data Parquet file (v2.x: episode ``number``'s)."""
+    chunk, file = _chunk_file(number, spec.chunks_size)
+    if spec.layout == "v3.0":
+        return f"data/chunk-{chunk:03d}/file-{file:03d}.parquet"
+    return V2_DATA_PATH.format(episode_chunk=chunk, episode_index=number)
+
+
 def _trajectories(spec: SyntheticSpec, episode: int, length: int) -> tuple[np.ndarray, np.ndarray]:
     """Smooth seeded joint trajectories ``(state, action)``, float32; action leads state by one
     frame plus a little noise, like a teleoperated arm."""
@@ -386,7 +431,7 @@ def _write_videos(
         per_episode: dict[int, np.ndarray] = {}
         for number, group in enumerate(_file_groups(spec.episodes, spec.episodes_per_file)):
             chunk, file = _chunk_file(number, spec.chunks_size)
-            path = root / "videos" / key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
+            path = root / _video_file(spec, key, number)
             path.parent.mkdir(parents=True, exist_ok=True)
             per_episode.update(
                 encode_camera_file(
@@ -450,7 +495,7 @@ def _write_data(
     schema = tables.data_schema(spec.state_size, spec.action_size)
     for number, group in enumerate(_file_groups(spec.episodes, spec.episodes_per_data_file)):
         chunk, file = _chunk_file(number, spec.chunks_size)
-        path = root / "data" / f"chunk-{chunk:03d}" / f"file-{file:03d}.parquet"
+        path = root / _data_file(spec, number)
         path.parent.mkdir(parents=True, exist_ok=True)
         tables.write_data_file(path, schema, [columns[e] for e in group])
         for e in group:
@@ -508,6 +553,12 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
     columns = _episode_columns(spec, lengths, starts, task_of)
     _write_data(root, spec, columns, rows)
     per_episode, overall = _statistics(spec, columns, histograms, lengths)
+    tables.write_json(
+        root / _SPEC_FILE, {"writer_format_version": WRITER_FORMAT_VERSION, **spec.to_json()}
+    )
+    if spec.layout != "v3.0":
+        _write_v2_meta(root, spec, rows, per_episode, overall, used_tasks)
+        return
     for row in rows:
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
@@ -518,9 +569,6 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
     )
     tables.write_tasks_file(meta / "tasks.parquet", used_tasks)
     tables.write_json(meta / "stats.json", tables.stats_json(overall))
-    tables.write_json(
-        root / _SPEC_FILE, {"writer_format_version": WRITER_FORMAT_VERSION, **spec.to_json()}
-    )
     info = {
         "codebase_version": "v3.0",
         "robot_type": spec.robot_type,
@@ -539,6 +587,59 @@ def _build(root: Path, spec: SyntheticSpec) -> None:
     tables.write_json(meta / "info.json", info)
 
 
+def _write_v2_meta(
+    root: Path,
+    spec: SyntheticSpec,
+    rows: list[dict[str, Any]],
+    per_episode: list[dict[str, tables.Stats]],
+    overall: dict[str, tables.Stats],
+    used_tasks: tuple[str, ...],
+) -> None:
+    """``meta/`` as LeRobot 0.3.x writes it for ``spec.layout`` (v2.1 or v2.0); info.json last."""
+    meta = root / "meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    tables.write_jsonl(
+        meta / "episodes.jsonl",
+        [
+            {"episode_index": r["episode_index"], "tasks": r["tasks"], "length": r["length"]}
+            for r in rows
+        ],
+    )
+    tables.write_jsonl(
+        meta / "tasks.jsonl", [{"task_index": i, "task": t} for i, t in enumerate(used_tasks)]
+    )
+    features = _features(spec, CODECS[spec.codec].name)
+    if spec.layout == "v2.1":
+        tables.write_jsonl(
+            meta / "episodes_stats.jsonl",
+            [
+                {"episode_index": e, "stats": tables.stats_json(stats, _V21_STAT_NAMES)}
+                for e, stats in enumerate(per_episode)
+            ],
+        )
+    else:
+        tables.write_json(meta / "stats.json", tables.stats_json(overall, _V20_STAT_NAMES))
+        for key in spec.cameras:  # v1 -> v2.0 conversions wrote ``video_info``
+            features[key]["video_info"] = features[key].pop("info")
+    total_frames = sum(r["length"] for r in rows)
+    info = {
+        "codebase_version": spec.layout,
+        "robot_type": spec.robot_type,
+        "total_episodes": spec.episodes,
+        "total_frames": total_frames,
+        "total_tasks": len(used_tasks),
+        "total_videos": spec.episodes * len(spec.cameras),
+        "total_chunks": -(-spec.episodes // spec.chunks_size),
+        "chunks_size": spec.chunks_size,
+        "fps": spec.fps,
+        "splits": {"train": f"0:{spec.episodes}"},
+        "data_path": V2_DATA_PATH,
+        "video_path": V2_VIDEO_PATH,
+        "features": features,
+    }
+    tables.write_json(meta / "info.json", info)
+
+
 def _is_nonempty_dir(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
@@ -549,7 +650,8 @@ def write_synthetic_dataset(
     *,
     overwrite: bool = False,
 ) -> Path:
-    """Write a synthetic LeRobot v3.0 dataset to ``out_dir`` and return its absolute path.
+    """Write a synthetic LeRobot dataset (v3.0, or ``spec.layout``) to ``out_dir`` and return
+    its absolute path.
 
     The dataset is built in a hidden temporary sibling folder and renamed into place, so
     ``out_dir`` either holds a complete dataset or is left as it was.

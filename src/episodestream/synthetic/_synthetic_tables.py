@@ -27,6 +27,7 @@ __all__ = [
     "write_data_file",
     "write_episodes_file",
     "write_json",
+    "write_jsonl",
     "write_tasks_file",
 ]
 
@@ -101,8 +102,8 @@ def merge_histogram_stats(histograms: Sequence[np.ndarray], frames: int) -> Stat
     return histogram_stats(np.sum(histograms, axis=0), frames)
 
 
-def _stats_to_json(stats: Stats) -> dict[str, Any]:
-    return {name: stats[name].tolist() for name in STAT_NAMES}
+def _stats_to_json(stats: Stats, names: Sequence[str] = STAT_NAMES) -> dict[str, Any]:
+    return {name: stats[name].tolist() for name in names}
 
 
 def write_json(path: Path, value: Mapping[str, Any]) -> None:
@@ -110,9 +111,14 @@ def write_json(path: Path, value: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(value, indent=4) + "\n", encoding="utf-8")
 
 
-def stats_json(stats: Mapping[str, Stats]) -> dict[str, Any]:
-    """``meta/stats.json`` content from feature -> Stats."""
-    return {feature: _stats_to_json(s) for feature, s in stats.items()}
+def write_jsonl(path: Path, lines: Sequence[Mapping[str, Any]]) -> None:
+    # one compact JSON object per line, as LeRobot 0.3.x's jsonlines writer puts them
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+def stats_json(stats: Mapping[str, Stats], names: Sequence[str] = STAT_NAMES) -> dict[str, Any]:
+    """``meta/stats.json`` content from feature -> Stats (the statistics ``names``)."""
+    return {feature: _stats_to_json(s, names) for feature, s in stats.items()}
 
 
 def _hf_features(state_size: int, action_size: int) -> dict[str, Any]:
