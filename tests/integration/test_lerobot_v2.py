@@ -518,3 +518,23 @@ def test_a_missing_mp4_is_a_typed_error_naming_it(v21_root: Path, tmp_path: Path
         for index in range(len(dataset)):
             dataset[index]
     assert missing in str(error.value)
+
+
+def test_make_dataset_writes_the_v2_layouts(tmp_path: Path) -> None:
+    from episodestream.cli import main
+
+    for layout in ("v2.1", "v2.0"):
+        out = tmp_path / layout
+        args = ["make-dataset", "--layout", layout, "--episodes", "2", "--length", "8:9"]
+        assert main([*args, "--size", "64x48", str(out)]) == 0
+        info = json.loads((out / "meta/info.json").read_text())
+        assert info["codebase_version"] == layout
+        assert sorted(p.name for p in (out / "data/chunk-000").iterdir()) == [
+            "episode_000000.parquet",
+            "episode_000001.parquet",
+        ]
+        lines = (out / "meta/episodes.jsonl").read_text().splitlines()
+        lengths = [json.loads(line)["length"] for line in lines]
+        with EpisodeStreamDataset(out, cache_dir=tmp_path / "cache") as dataset:
+            assert len(dataset) == sum(lengths)
+            assert int(dataset[len(dataset) - 1]["episode_index"]) == 1

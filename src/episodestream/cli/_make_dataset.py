@@ -124,6 +124,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"video feature shape order in info.json (default: {defaults.image_layout})",
     )
     parser.add_argument(
+        "--layout",
+        choices=("v3.0", "v2.1", "v2.0"),
+        help="LeRobot v3.0 (0.4+), or LeRobot 0.3.x's v2.1 / v2.0: one Parquet and one MP4 per "
+        f"episode (default: {defaults.layout})",
+    )
+    parser.add_argument(
         "--content",
         choices=CONTENTS,
         help="wave (smooth, cheap to decode) or texture (detailed, moving: realistic decode "
@@ -159,6 +165,7 @@ def _spec_from_args(args: argparse.Namespace) -> SyntheticSpec:
         "seed",
         "image_layout",
         "content",
+        "layout",
     ):
         value = getattr(args, name)
         if value is not None:
