@@ -1,11 +1,11 @@
 """LeRobot v2.1 sources against LeRobot's own conversion of them.
 
-LeRobot 0.4+ reads v3.0 only: a v2.1 dataset must first go through its converter
-(``lerobot.datasets.v30.convert_dataset_v21_to_v30``), here run offline on a local copy. We
-stream the v2.1 dataset as published; LeRobot's ``LeRobotDataset`` on its conversion is the
-oracle: every sample (with delta timestamps, whole and for an episode subset), the metadata its
-training reads (stats, info, episodes), and LeRobot's own ``train()``, whose batches and losses
-on our v2.1 source equal those on the conversion.
+LeRobot 0.4+ reads v3.0 only: a v2.1 dataset must first go through its converter (0.4:
+``lerobot.datasets.v30.convert_dataset_v21_to_v30``; 0.6: ``lerobot.scripts``), run offline on
+a local copy. We stream the v2.1 dataset as published; LeRobot's ``LeRobotDataset`` on its
+conversion is the oracle: every sample (with delta timestamps, whole and for an episode
+subset), the metadata its training reads (stats, info, episodes), and LeRobot's own
+``train()``, whose batches and losses on our v2.1 source equal those on the conversion.
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ import torch
 from lerobot.configs.train import TrainPipelineConfig
 from lerobot.datasets import factory as lerobot_factory
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
-from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+
+try:  # LeRobot 0.4 keeps its converter among the datasets, 0.6 among the scripts
+    from lerobot.datasets.v30.convert_dataset_v21_to_v30 import convert_dataset
+except ModuleNotFoundError:
+    from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.integrations.lerobot import make_dataset
