@@ -277,12 +277,14 @@ def episodes_digest(meta: DatasetMeta) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BuildStats:
-    """What a build cost: files, reader requests and bytes, seconds."""
+    """What a build cost: files read, reader requests and bytes, seconds; and the files
+    whose tables came from the per-file index instead of being read."""
 
     files: int
     requests: int
     bytes_read: int
     seconds: float
+    reused_files: int = 0
 
     @property
     def files_per_second(self) -> float:

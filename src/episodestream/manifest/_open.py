@@ -27,7 +27,14 @@ from episodestream.errors import (
     StorageError,
 )
 from episodestream.lerobot import DatasetMeta, open_arrow_file
-from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
+from episodestream.manifest._build import (
+    DEFAULT_BUILD_WORKERS,
+    build_manifest,
+    episode_video_files,
+    index_episodes,
+    source_info,
+)
+from episodestream.manifest._entries import FileEntryStore
 from episodestream.manifest._manifest import (
     DatasetIdentity,
     EpisodeManifest,
@@ -65,6 +72,12 @@ _DOWNLOAD_PIECE_BYTES = 64 << 20
 # after; a bigger one has its header checked first (two small requests)
 _HEADER_CHECK_MIN_BYTES = 8 << 20
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+# a subset of the episodes takes a published sidecar only when it comes in one request:
+# a bigger one grows with the dataset, the files of the subset do not
+_SUBSET_PUBLISHED = (
+    "{size} bytes, over one request: not fetched for a subset of the episodes (their "
+    "video files are indexed instead)"
+)
 
 
 def default_cache_dir() -> Path:
@@ -215,13 +228,16 @@ def _read_published(reader: RangeReader) -> tuple[bytes | None, int]:
 
 
 def _fetch_published(
-    reader: RangeReader, destination: Path, expected: DatasetIdentity
+    reader: RangeReader, destination: Path, expected: DatasetIdentity, *, small_only: bool = False
 ) -> tuple[bool, str]:
-    """Copy the dataset's published sidecar to ``destination`` if it matches the dataset."""
+    """Copy the dataset's published sidecar to ``destination`` if it matches the dataset
+    (with ``small_only``, only one fetched in one request: see ``_SUBSET_PUBLISHED``)."""
     try:
         published_bytes, size = _read_published(reader)
     except NotFound:
         return False, "absent"
+    if small_only and published_bytes is None:
+        return False, _SUBSET_PUBLISHED.format(size=size)
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
     reason = _published_header_mismatch(reader, size, expected)
     if reason is not None:
@@ -278,15 +294,24 @@ def open_manifest(
        and ``build`` is true);
     2. the local cache, ``sidecar_cache_path(meta, cache_dir)``; with ``episodes``, else a
        cached sidecar of a subset holding them (``episodestream index --episodes``);
-    3. a copy published under the dataset root (the metadata root with split roots),
+    3. with ``episodes``, the per-file index in the cache (``_entries``) when it holds
+       every video file of those episodes: spans are planned from it, nothing is read;
+    4. a copy published under the dataset root (the metadata root with split roots),
        ``meta/episodestream/index.arrow`` (``episodestream index --publish`` writes it):
-       up to 8 MiB fetched whole in one request, a bigger one checked by its header first;
-       checked, then copied into the cache;
-    4. built from the videos (``build_manifest``) and written into the cache.
+       up to 8 MiB fetched whole in one request, a bigger one checked by its header first
+       (with ``episodes``, only one that comes in one request); checked, then copied into
+       the cache;
+    5. built from the videos: with ``episodes``, only the files holding them are read
+       (those the per-file index lacks), added to the per-file index, and the manifest of
+       the subset is kept in memory; for the whole dataset, the files the per-file index
+       lacks are read and added to it, and the whole sidecar is written into the cache.
 
-    Steps 2-4 run under a file lock beside the cache entry, so N processes on a host
-    build (or download) it once; files are renamed into place whole, so readers never see
-    half a file. A sidecar for another dataset (revision, info.json, episodes table,
+    So an open of some episodes touches only their video files, and later opens of other
+    episodes (or of the whole dataset) add the files they lack instead of rebuilding. The
+    whole sidecar is built and published under a file lock beside it, each file of the
+    per-file index under a lock of its own, so N processes on a host build (or download)
+    each once; files are renamed into place whole, so readers never see half a file.
+    A sidecar for another dataset (revision, info.json, episodes table,
     totals, cameras), or one of a subset lacking episodes asked for, is never used (an
     explicit one of a subset raises rather than being rebuilt over); with ``verify``
     every source file's size and ETag/Last-Modified is also compared (one look-up per
@@ -309,7 +334,7 @@ def open_manifest(
         published_reader: the reader of the root a published copy lives under, when not
             ``reader`` (split roots: the metadata root; ``index --publish`` writes there).
         episodes: the episodes the caller will read (None: all); a sidecar of a subset
-            holding them will do. What is built is still the whole dataset's.
+            holding them will do, and only their files are indexed.
 
     Raises:
         SidecarCoverageError: ``sidecar`` is this dataset's but built for a subset that
@@ -360,7 +385,22 @@ def open_manifest(
             if manifest is not None:
                 return manifest
             logger.debug("cached subset sidecar not used: %s", why)
+        store = FileEntryStore.beside(cache_path, meta, lock_timeout_s=lock_timeout_s)
         try:
+            if subset is not None:
+                return _open_subset(
+                    reader,
+                    meta,
+                    subset,
+                    cache_path,
+                    store,
+                    workers,
+                    progress,
+                    verify,
+                    published=use_published,
+                    build=build,
+                    publisher=publisher,
+                )
             return _build_into(
                 reader,
                 meta,
@@ -373,6 +413,7 @@ def open_manifest(
                 published=use_published,
                 build=build,
                 publisher=publisher,
+                store=store,
             )
         except _NothingUsable as nothing:
             refused.extend(nothing.reasons)
@@ -392,7 +433,11 @@ def open_manifest(
         except NotFound:
             refused.append("published: absent")
         else:
-            reason = _published_header_mismatch(publisher, size, expected)
+            reason = (
+                _SUBSET_PUBLISHED.format(size=size)
+                if subset is not None and published_bytes is None
+                else _published_header_mismatch(publisher, size, expected)
+            )
             try:
                 if reason is not None:
                     raise ManifestError(reason)
@@ -416,7 +461,64 @@ def open_manifest(
         raise ManifestError(
             "no usable sidecar and building is disabled: " + "; ".join(refused or ["none found"])
         )
-    return build_manifest(reader, meta, workers=workers, progress=progress)
+    return build_manifest(reader, meta, workers=workers, progress=progress, episodes=subset)
+
+
+def _open_subset(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    subset: EpisodeSubset,
+    whole_path: Path,
+    store: FileEntryStore,
+    workers: int,
+    progress: bool,
+    verify: bool,
+    *,
+    published: bool,
+    build: bool,
+    publisher: RangeReader,
+) -> EpisodeManifest:
+    """The manifest of ``subset`` from the per-file index ``store``: files it lacks are
+    taken from a small published sidecar (copied to ``whole_path``, where it serves every
+    subset), else read and added to the store. Only the subset's files are touched."""
+    paths = episode_video_files(meta, subset)
+    missing = [path for path in paths if not store.has(path)]
+    reasons: list[str] = []
+    if missing and published:
+        whole = DatasetIdentity.of(meta)
+        fetched, why = _fetch_published(publisher, whole_path, whole, small_only=True)
+        if fetched:
+            expected = dataclasses.replace(whole, episodes=subset)
+            manifest, why = _try_load(whole_path, expected, "published", reader, verify, workers)
+            if manifest is not None:
+                logger.info("using the published sidecar, copied to %s", whole_path)
+                return manifest
+        reasons.append(f"published: {why}")
+    if missing and not build:
+        reasons.append(
+            f"per-file index: {len(missing)} of the {len(paths)} video files of "
+            f"{subset.describe()} not indexed (e.g. {missing[0]})"
+        )
+        raise _NothingUsable(reasons)
+    if missing:
+        store.prepare()
+        logger.info(
+            "indexing %d video files of %s (%d more in the per-file index %s)",
+            len(missing),
+            subset.describe(),
+            len(paths) - len(missing),
+            store.folder,
+        )
+    return index_episodes(
+        reader,
+        meta,
+        episodes=subset,
+        store=store,
+        verify=verify,
+        build=build,
+        workers=workers,
+        progress=progress,
+    )
 
 
 class _NothingUsable(Exception):
@@ -438,8 +540,11 @@ def _build_into(
     published: bool,
     build: bool = True,
     publisher: RangeReader | None = None,
+    store: FileEntryStore | None = None,
 ) -> EpisodeManifest:
-    """Under ``path``'s lock: re-check ``path``, try the published copy, else build there."""
+    """Under ``path``'s lock: re-check ``path``, try the published copy, else build there
+    (with ``store``, the per-file index: files it holds are not read again, those read
+    are added to it)."""
     expected = DatasetIdentity.of(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(f"{path}.lock", timeout=lock_timeout_s)
@@ -461,10 +566,14 @@ def _build_into(
                 reasons.append(f"published: {why}")
             if not build:
                 raise _NothingUsable(reasons)
-            built = build_manifest(reader, meta, workers=workers, progress=progress)
+            if store is not None:
+                store.prepare()
+            built = index_episodes(
+                reader, meta, store=store, verify=verify, workers=workers, progress=progress
+            )
             write_sidecar(built, path)
             logger.info("wrote sidecar %s", path)
-            manifest = load_sidecar(path, expect=expected, origin="built")
+            manifest = load_sidecar(path, expect=expected, origin=built.origin)
             manifest.build_stats = built.build_stats
             return manifest
     except filelock.Timeout as error:
