@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import logging
 import multiprocessing
+import pickle
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -335,6 +336,32 @@ def test_a_damaged_entry_is_refused_logged_and_rebuilt(
     assert_same_spans(again, first)
     rebuilt = store.load(path)
     assert rebuilt is not None and rebuilt.track == entry.track and rebuilt.info == entry.info
+
+
+def test_a_subset_manifest_pickles_by_reference_to_its_entries(
+    lazy_dataset: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    with LocalRangeReader(lazy_dataset) as reader:
+        meta = load_dataset_meta(reader)
+        manifest = open_manifest(reader, meta, cache_dir=cache, episodes=[1, 10], progress=False)
+    store = FileEntryStore.beside(sidecar_cache_path(meta, cache), meta, lock_timeout_s=60)
+    assert manifest.sidecar_path is None and manifest.entries_folder == store.folder
+    by_reference = pickle.dumps(manifest)
+    copy = pickle.loads(by_reference)
+    assert_same_spans(copy, manifest)
+    assert copy.sources() == manifest.sources() and copy.entries_folder == store.folder
+    # no sample table travels: smaller than the manifest pickled by value
+    manifest.entries_folder = None
+    assert len(by_reference) < len(pickle.dumps(manifest)) - 500
+    # an entry replaced by one of another version of the file is not taken for it
+    path = meta.episode_video_path(10, meta.video_keys[0])
+    entry = store.load(path)
+    assert entry is not None
+    changed = dataclasses.replace(entry, info=dataclasses.replace(entry.info, etag='"other"'))
+    store.save(changed)
+    with pytest.raises(ManifestError, match="the per-file index changed since the dataset"):
+        pickle.loads(by_reference)
 
 
 def test_a_small_published_sidecar_serves_a_subset(

@@ -478,4 +478,6 @@ def index_episodes(
         origin="built" if read or store is None else "cache",
     )
     manifest.build_stats = stats
+    if store is not None and not store.unsaved:  # every table it holds is in the store
+        manifest.entries_folder = store.folder
     return manifest
