@@ -27,6 +27,7 @@ from episodestream.manifest import (
     build_manifest,
     open_manifest,
     sidecar_cache_path,
+    sidecar_status,
     write_sidecar,
 )
 from episodestream.manifest._entries import FileEntryStore, IndexedFile, file_entry_bytes
@@ -193,6 +194,9 @@ def test_each_open_adds_only_the_files_it_lacks(
 
         first, logged = open_logged([5, 2])
         assert set(logged) == video_files(meta, [2, 5])
+        statuses = sidecar_status(reader, meta, cache_dir=cache)
+        per_file = [(s.state, s.reason) for s in statuses if s.where == "per-file"]
+        assert per_file == [("partial", "4 of the dataset's 24 video files indexed")]
         assert first.origin == "built" and first.build_stats is not None
         assert (first.build_stats.files, first.build_stats.reused_files) == (4, 0)
         assert_same_spans(first, reference)

@@ -586,9 +586,13 @@ def _build_into(
 @dataclass(frozen=True, slots=True)
 class SidecarStatus:
     """One place a sidecar may be: ``state`` is valid, stale, absent, invalid, or partial
-    (this dataset's, built for a subset of its episodes: the reason says which)."""
+    (this dataset's, built for a subset of its episodes: the reason says which).
 
-    where: Literal["explicit", "cache", "published"]
+    ``where`` is ``"per-file"`` for the per-file index in the cache (always ``partial``:
+    it is not a sidecar, its reason counts the video files it holds; listed only when it
+    exists, its entries unchecked until an open uses them)."""
+
+    where: Literal["explicit", "cache", "per-file", "published"]
     location: str
     state: Literal["valid", "stale", "absent", "invalid", "partial"]
     reason: str = ""
@@ -605,7 +609,7 @@ def sidecar_status(
     """Report each candidate sidecar without building or downloading anything; a published
     one is looked for through ``published_reader`` when given (split roots: the metadata
     root, as :func:`open_manifest` looks), else ``reader``. Sidecars of a subset of the
-    episodes in the cache are listed after the whole dataset's."""
+    episodes in the cache are listed after the whole dataset's, then the per-file index."""
     expected = DatasetIdentity.of(meta)
     publisher = published_reader if published_reader is not None else reader
     result: list[SidecarStatus] = []
@@ -634,6 +638,17 @@ def sidecar_status(
             continue
         state: Literal["valid", "stale"] = "valid" if reason is None else "stale"
         result.append(SidecarStatus(where, str(path), state, reason or ""))
+    store = FileEntryStore.beside(cache_path, meta, lock_timeout_s=0.0)
+    if store.folder.is_dir():
+        total = sum(len(meta.video_files(key)) for key in meta.video_keys)
+        result.append(
+            SidecarStatus(
+                "per-file",
+                str(store.folder),
+                "partial",
+                f"{store.count()} of the dataset's {total} video files indexed",
+            )
+        )
     try:
         size = publisher.size(PUBLISHED_SIDECAR_PATH)
     except NotFound:
