@@ -228,6 +228,14 @@ def test_each_open_adds_only_the_files_it_lacks(
         # which then serves any subset, with no request at all
         served, logged = open_logged([11], build=False)
         assert not logged and served.sidecar_path == whole.sidecar_path
+    # verified (by a reader that has not yet looked at any file), a subset looks up its own
+    # files only
+    with open_reader(url) as fresh:
+        meta = load_dataset_meta(fresh)
+        mark = http_server.log_mark()
+        verified = open_manifest(fresh, meta, cache_dir=cache, episodes=[11], verify=True)
+        assert set(touched(http_server, mark, url)) == video_files(meta, [11])
+        assert verified.origin == "cache"
 
 
 def _open_in_process(url: str, cache: str, episodes: list[int], start: Any, results: Any) -> None:

@@ -10,7 +10,7 @@ Layout, beside the dataset's whole sidecar (``sidecars/<name>-<root digest>/``):
 
     files-<info.json digest, 16 hex>/
         <sha256 of the file's path, 32 hex>.arrow    one entry per source video file
-        locks/<00..3f>.lock                          build locks, striped by path digest
+        locks/<the same digest>.lock                 its build lock
 
 An entry is an Arrow IPC file of one record batch with the ``file.*`` / ``sample.*``
 columns of a one-file table (``_tables``), and schema metadata ``episodestream.file_entry``
@@ -21,16 +21,18 @@ its key: spans are planned again from the current table on every open.
 
 Concurrency: an entry is written to a temporary file in its folder and renamed over the
 old one, so a reader sees a whole entry or none. A process that needs a missing entry
-takes the lock of its stripe (64 lock files: the folder holds at most that many besides
-the entries), looks again, and only then reads the video file: concurrent opens read each
-file once. Entries are not fsynced: a crash can leave one truncated, which the checks on
-load refuse (logged), and the next open rebuilds it.
+takes that file's lock, looks again, and only then reads the video file: concurrent opens
+read each file once. (One lock per file: lock stripes shared by a build's 16 threads would
+serialise them, 16 threads over 64 stripes colliding most of the time.) Entries are not
+fsynced: a crash can leave one truncated, which the checks on load refuse (logged), and
+the next open rebuilds it.
 
-Bounds: one entry per source file of the dataset (a rebuilt entry replaces the old one);
-one entry folder per dataset root and revision (a folder for another ``info.json`` of the
-same root is removed when a new one is made, as a whole sidecar is replaced); an entry
-header over 64 KiB, or a sample count above the file's size, is refused before anything
-is allocated for it.
+Bounds: one entry and one lock file per source file of the dataset (a rebuilt entry
+replaces the old one); one entry folder per dataset root and revision (a folder for
+another ``info.json`` of the same root is removed when a new one is made, as a whole
+sidecar is replaced). An entry is read whole (its own size bounds what loading it takes);
+a header over 64 KiB is refused before it is parsed, a table claiming more samples than
+its file has bytes after.
 """
 
 from __future__ import annotations
@@ -81,7 +83,6 @@ logger = logging.getLogger(__name__)
 FILE_ENTRY_VERSION = 1
 _METADATA_KEY = b"episodestream.file_entry"
 _FOLDER_PREFIX = "files-"
-_LOCK_STRIPES = 64
 _MAX_HEADER_BYTES = 64 << 10
 
 
@@ -297,14 +298,13 @@ class FileEntryStore:
 
     @contextlib.contextmanager
     def building(self, path: str) -> Iterator[None]:
-        """Hold the build lock of ``path``'s stripe (one process builds a file at a time).
+        """Hold the build lock of ``path`` (one thread or process builds a file at a time).
 
         Raises:
             ManifestError: waited ``lock_timeout_s`` for another process's build.
         """
-        stripe = int(_path_digest(path)[:8], 16) % _LOCK_STRIPES
         locks = self.folder / "locks"
-        lock_path = locks / f"{stripe:02x}.lock"
+        lock_path = locks / f"{_path_digest(path)}.lock"
         lock: filelock.FileLock | None = filelock.FileLock(lock_path, timeout=self._lock_timeout_s)
         try:
             locks.mkdir(exist_ok=True)

@@ -132,13 +132,20 @@ def verify_sources(
     *,
     root: str | None = None,
     workers: int = DEFAULT_BUILD_WORKERS,
+    episodes: EpisodeSubset | None = None,
 ) -> str | None:
-    """Compare every source file's size and validators with the manifest's record.
+    """Compare every source file's size and validators with the manifest's record (with
+    ``episodes``, only the files holding those episodes).
 
     One look-up per file, ``workers`` at a time. Validators are compared only when ``root``
     is None or the manifest's own root (see ``EpisodeManifest.source_change``).
     Returns why they differ (a file found changed or missing), or None.
     """
+    if episodes is None:
+        files: Sequence[int] = range(manifest.num_files)
+    else:
+        rows = [manifest.row(episode) for episode in episodes.ids().tolist()]
+        files = np.unique(manifest.spans.file_id[rows]).tolist()
 
     def check(index: int) -> str | None:
         path = manifest.file_paths[index]
@@ -149,7 +156,7 @@ def verify_sources(
         return manifest.source_change(index, current, root=root)
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-verify") as pool:
-        for reason in pool.map(check, range(manifest.num_files)):
+        for reason in pool.map(check, files):
             if reason is not None:
                 return reason
     return None
@@ -164,8 +171,10 @@ def _try_load(
     workers: int,
     *,
     needed: np.ndarray | None = None,
+    scope: EpisodeSubset | None = None,
 ) -> tuple[EpisodeManifest | None, str]:
-    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not).
+    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not); with
+    ``verify``, the files of ``scope``'s episodes (None: all) are looked up.
 
     Raises:
         SidecarCoverageError: with ``needed`` (the episodes ``expected`` covers), a sidecar
@@ -190,7 +199,10 @@ def _try_load(
             raise SidecarCoverageError(str(path), subset.missing(needed), subset.describe())
         return None, f"{path}: sidecar does not match the dataset: {reason}"
     if verify:
-        reason = verify_sources(reader, manifest, root=expected.root, workers=workers)
+        # a subset looks up its own files only
+        reason = verify_sources(
+            reader, manifest, root=expected.root, workers=workers, episodes=scope
+        )
         if reason is not None:
             return None, f"{path}: stale sidecar: {reason}"
     return manifest, ""
@@ -352,7 +364,7 @@ def open_manifest(
     if sidecar is not None:
         path = Path(sidecar)
         manifest, reason = _try_load(
-            path, expected, "explicit", reader, verify, workers, needed=needed
+            path, expected, "explicit", reader, verify, workers, needed=needed, scope=subset
         )
         if manifest is not None:
             return manifest
@@ -373,7 +385,9 @@ def open_manifest(
 
     cache_path = sidecar_cache_path(meta, cache_dir) if use_cache else None
     if cache_path is not None:
-        manifest, reason = _try_load(cache_path, whole, "cache", reader, verify, workers)
+        manifest, reason = _try_load(
+            cache_path, whole, "cache", reader, verify, workers, scope=subset
+        )
         if manifest is not None:
             return manifest
         if reason != "absent":
@@ -381,7 +395,9 @@ def open_manifest(
         refused.append(f"cache: {reason}")
         # only a subset is looked for among subset sidecars: the whole dataset never takes one
         for candidate in _subset_sidecars(cache_path, subset) if subset is not None else ():
-            manifest, why = _try_load(candidate, expected, "cache", reader, verify, workers)
+            manifest, why = _try_load(
+                candidate, expected, "cache", reader, verify, workers, scope=subset
+            )
             if manifest is not None:
                 return manifest
             logger.debug("cached subset sidecar not used: %s", why)
@@ -452,7 +468,11 @@ def open_manifest(
             else:
                 if (
                     not verify
-                    or (reason := verify_sources(reader, manifest, root=meta.root, workers=workers))
+                    or (
+                        reason := verify_sources(
+                            reader, manifest, root=meta.root, workers=workers, episodes=subset
+                        )
+                    )
                     is None
                 ):
                     return manifest
@@ -489,7 +509,9 @@ def _open_subset(
         fetched, why = _fetch_published(publisher, whole_path, whole, small_only=True)
         if fetched:
             expected = dataclasses.replace(whole, episodes=subset)
-            manifest, why = _try_load(whole_path, expected, "published", reader, verify, workers)
+            manifest, why = _try_load(
+                whole_path, expected, "published", reader, verify, workers, scope=subset
+            )
             if manifest is not None:
                 logger.info("using the published sidecar, copied to %s", whole_path)
                 return manifest
