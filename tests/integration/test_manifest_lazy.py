@@ -376,6 +376,20 @@ def test_a_subset_manifest_pickles_by_reference_to_its_entries(
         pickle.loads(by_reference)
 
 
+def test_a_subset_without_a_writable_cache_is_indexed_in_memory(
+    lazy_dataset: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with LocalRangeReader(lazy_dataset) as reader:
+        meta = load_dataset_meta(reader)
+        for options in ({"cache_dir": blocker / "cache"}, {"use_cache": False}):
+            manifest = open_manifest(reader, meta, episodes=[0, 4], progress=False, **options)
+            assert manifest.origin == "built" and manifest.num_files == 4
+            assert manifest.sidecar_path is None and manifest.entries_folder is None
+            assert pickle.loads(pickle.dumps(manifest)).sources() == manifest.sources()
+
+
 def test_a_small_published_sidecar_serves_a_subset(
     http_server: NginxServer,
     http_publish: Any,

@@ -505,6 +505,8 @@ def _open_subset(
     missing = [path for path in paths if not store.has(path)]
     reasons: list[str] = []
     if missing and published:
+        # an unwritable cache fails here, before the published copy is fetched for nothing
+        whole_path.parent.mkdir(parents=True, exist_ok=True)
         whole = DatasetIdentity.of(meta)
         fetched, why = _fetch_published(publisher, whole_path, whole, small_only=True)
         if fetched:
