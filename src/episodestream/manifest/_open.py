@@ -316,7 +316,7 @@ def open_manifest(
     5. built from the videos: with ``episodes``, only the files holding them are read
        (those the per-file index lacks), added to the per-file index, and the manifest of
        the subset is kept in memory; for the whole dataset, the files the per-file index
-       lacks are read and added to it, and the whole sidecar is written into the cache.
+       lacks are read and the whole sidecar is written into the cache.
 
     So an open of some episodes touches only their video files, and later opens of other
     episodes (or of the whole dataset) add the files they lack instead of rebuilding. The
@@ -567,8 +567,7 @@ def _build_into(
     store: FileEntryStore | None = None,
 ) -> EpisodeManifest:
     """Under ``path``'s lock: re-check ``path``, try the published copy, else build there
-    (with ``store``, the per-file index: files it holds are not read again, those read
-    are added to it)."""
+    (with ``store``, the per-file index: files it holds are not read again)."""
     expected = DatasetIdentity.of(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(f"{path}.lock", timeout=lock_timeout_s)
@@ -590,10 +589,16 @@ def _build_into(
                 reasons.append(f"published: {why}")
             if not build:
                 raise _NothingUsable(reasons)
-            if store is not None:
-                store.prepare()
+            # files of the per-file index are reused; those read go into the whole sidecar
+            # only (which serves every subset)
             built = index_episodes(
-                reader, meta, store=store, verify=verify, workers=workers, progress=progress
+                reader,
+                meta,
+                store=store,
+                add=False,
+                verify=verify,
+                workers=workers,
+                progress=progress,
             )
             write_sidecar(built, path)
             logger.info("wrote sidecar %s", path)
