@@ -63,7 +63,7 @@ from episodestream.manifest._tables import (
     file_table_columns,
     file_table_track,
     load_file_table,
-    one_row,
+    one_row_batch,
 )
 from episodestream.mp4 import TrackIndex
 from episodestream.storage import FileInfo
@@ -116,22 +116,17 @@ class IndexedFile:
 def file_entry_bytes(entry: IndexedFile, key: EntryKey) -> bytes:
     """The bytes of ``entry``'s file (see the module docstring)."""
     files, samples = assemble_tracks([entry.path], [entry.camera], [(entry.info, entry.track)])
-    fields = []
-    arrays = []
-    for name, values, field_metadata in file_table_columns(files, samples):
-        column = one_row(values)
-        fields.append(pa.field(name, column.type, nullable=False, metadata=field_metadata))
-        arrays.append(column)
     header = {
         "version": FILE_ENTRY_VERSION,
         "dataset": key.to_json(),
         "path": entry.path,
         "num_samples": entry.track.num_samples,
     }
-    schema = pa.schema(fields, metadata={_METADATA_KEY: json.dumps(header).encode()})
-    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = one_row_batch(
+        file_table_columns(files, samples), {_METADATA_KEY: json.dumps(header).encode()}
+    )
     sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, schema) as writer:
+    with ipc.new_file(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 

@@ -47,7 +47,7 @@ from episodestream.manifest._tables import (
     file_table_columns,
     load_file_table,
     numeric_column,
-    one_row,
+    one_row_batch,
 )
 
 __all__ = [
@@ -87,14 +87,8 @@ def _header(manifest: EpisodeManifest) -> dict[str, Any]:
 
 
 def _batch(manifest: EpisodeManifest) -> pa.RecordBatch:
-    fields = []
-    arrays = []
-    for name, values, field_metadata in _columns(manifest):
-        column = one_row(values)
-        fields.append(pa.field(name, column.type, nullable=False, metadata=field_metadata))
-        arrays.append(column)
-    schema = pa.schema(fields, metadata={_METADATA_KEY: json.dumps(_header(manifest)).encode()})
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    header = json.dumps(_header(manifest)).encode()
+    return one_row_batch(_columns(manifest), {_METADATA_KEY: header})
 
 
 def write_sidecar(manifest: EpisodeManifest, path: str | os.PathLike[str]) -> Path:

@@ -35,6 +35,7 @@ __all__ = [
     "load_file_table",
     "numeric_column",
     "one_row",
+    "one_row_batch",
 ]
 
 Column = tuple[str, pa.Array, dict[bytes, bytes] | None]
@@ -78,6 +79,18 @@ def file_table_columns(files: Mapping[str, Any], samples: Mapping[str, np.ndarra
             arrow_type = pa.type_for_alias(kind)
             columns.append((f"file.{name}", pa.array(list(files[name]), arrow_type), None))
     return columns
+
+
+def one_row_batch(columns: list[Column], metadata: dict[bytes, bytes]) -> pa.RecordBatch:
+    """The record batch of one row holding ``columns`` (see :func:`one_row`), with schema
+    ``metadata``."""
+    fields = []
+    arrays = []
+    for name, values, field_metadata in columns:
+        column = one_row(values)
+        fields.append(pa.field(name, column.type, nullable=False, metadata=field_metadata))
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
 
 
 def _flat(batch: pa.RecordBatch, name: str, where: str) -> pa.Array:
