@@ -576,7 +576,12 @@ def test_cached_sidecar_truncated_on_disk(
     )
     check_case("sidecar cached truncated (no build)", outcome, {"typed"}, workspace, before)
     assert isinstance(outcome.error, ManifestError) and "cache" in str(outcome.error)
+    # a subset indexes only its own files (per file, beside it): the whole sidecar is left
+    # for an open of the whole dataset, which rebuilds it in place
     outcome = stream(synthetic_av1, workspace / "cache", reference, episodes=[0, 4])
+    check_case("sidecar cached truncated (subset)", outcome, {"complete"}, workspace, before)
+    assert len(cached.read_bytes()) == 1000
+    outcome = stream(synthetic_av1, workspace / "cache", reference)
     check_case("sidecar cached truncated (build)", outcome, {"complete"}, workspace, before)
     assert len(cached.read_bytes()) > 1000
 
@@ -598,5 +603,7 @@ def test_published_sidecar_of_another_dataset_over_http(
     before = snapshot(workspace, workspace / "cache")
     outcome = stream(url, workspace / "cache", reference, episodes=[0, 4])
     check_case("sidecar published from another dataset", outcome, {"complete"}, workspace, before)
-    (cached,) = (workspace / "cache").glob("sidecars/*/index.arrow")
-    assert cached.read_bytes() != foreign_sidecars["other dataset"]
+    # a subset indexes its own files into the per-file index (episodes 0 and 4: file 0 and
+    # file 1 of each camera); nothing published was copied
+    assert not list((workspace / "cache").glob("sidecars/*/index.arrow"))
+    assert len(list((workspace / "cache").glob("sidecars/*/files-*/*.arrow"))) == 4

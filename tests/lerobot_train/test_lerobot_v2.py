@@ -32,6 +32,7 @@ from episodestream.integrations.lerobot import make_dataset
 from episodestream.synthetic import SyntheticSpec
 from tests.lerobot_train.test_lerobot_train import (
     BATCH_SIZE,
+    LEROBOT_06,
     REPO_ID,
     STEPS,
     _act_policy,
@@ -62,9 +63,10 @@ def converted_root(v21_root: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     a root given (nothing downloaded) and ``push_to_hub=False``. It converts in place: the
     copy moves aside to ``<name>_old`` and the v3.0 dataset takes its name."""
     parent = tmp_path_factory.mktemp("converted")
-    shutil.copytree(v21_root, parent / REPO_ID)
-    convert_dataset(repo_id=REPO_ID, root=parent, push_to_hub=False)
     root = parent / REPO_ID
+    shutil.copytree(v21_root, root)
+    # 0.4 takes the folder above the dataset (and adds repo_id), 0.6 the dataset's own
+    convert_dataset(repo_id=REPO_ID, root=root if LEROBOT_06 else parent, push_to_hub=False)
     assert (root / "meta/info.json").is_file() and (root / "meta/episodes").is_dir()
     return root
 

@@ -23,19 +23,27 @@ from episodestream.errors import (
     UnsupportedMp4Error,
 )
 from episodestream.lerobot import DatasetMeta
+from episodestream.manifest._entries import FileEntryStore, IndexedFile
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
-    TRACK_FIELD_KINDS,
     BuildStats,
     DatasetIdentity,
     EpisodeManifest,
     EpisodeSubset,
     SpanArrays,
 )
+from episodestream.manifest._tables import assemble_tracks
 from episodestream.mp4 import TrackIndex, locate_moov, parse_moov, plan_span
 from episodestream.storage import FileInfo, RangeReader
 
-__all__ = ["DEFAULT_BUILD_WORKERS", "assemble_tracks", "build_manifest", "source_info"]
+__all__ = [
+    "DEFAULT_BUILD_WORKERS",
+    "assemble_tracks",
+    "build_manifest",
+    "episode_video_files",
+    "index_episodes",
+    "source_info",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,11 +116,8 @@ class _FileJob:
         return int(self.lengths.sum())
 
 
-def _index_file(
-    reader: RangeReader, job: _FileJob
-) -> tuple[FileInfo, TrackIndex, dict[str, np.ndarray]]:
-    """Read one file's moov and plan every episode it holds (in the worker thread, so the
-    planning of one file overlaps the network waits of the others)."""
+def _read_track(reader: RangeReader, job: _FileJob) -> tuple[FileInfo, TrackIndex]:
+    """One file's size, validators and sample table (its moov read once)."""
     path = job.path
     try:
         info = source_info(reader, path)
@@ -140,6 +145,12 @@ def _index_file(
             f"{int(ends[first]) - 1}, outside the {size}-byte file ({outside.size} of "
             f"{track.num_samples} samples do): the file is damaged or truncated"
         )
+    return info, track
+
+
+def _plan_episodes(job: _FileJob, track: TrackIndex) -> dict[str, np.ndarray]:
+    """Plan the span of every episode ``job`` holds in ``track`` (pure: no I/O)."""
+    path = job.path
     plans = {name: np.zeros(len(job.rows), dtype=SPAN_FIELDS[name]) for name in _PLAN_FIELDS}
     mismatched = 0
     for i in range(len(job.rows)):
@@ -182,7 +193,86 @@ def _index_file(
             path,
             mismatched,
         )
-    return info, track, plans
+    return plans
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Indexed:
+    """One source file indexed: its record, sample table and episode plans."""
+
+    info: FileInfo
+    track: TrackIndex
+    plans: dict[str, np.ndarray]
+    read: bool  # its moov was read now (False: taken from the per-file index)
+
+
+def _index_file(
+    reader: RangeReader,
+    job: _FileJob,
+    store: FileEntryStore | None = None,
+    *,
+    verify: bool = False,
+    build: bool = True,
+    add: bool = True,
+) -> _Indexed:
+    """A file's sample table, read or taken from ``store`` (and added there when read,
+    with ``add``), and the plan of every episode it holds (in the worker thread, so the
+    planning of one file overlaps the network waits of the others)."""
+    if store is None:
+        info, track = _read_track(reader, job)
+        read = True
+    else:
+        info, track, read = _stored_track(reader, job, store, verify=verify, build=build, add=add)
+    return _Indexed(info, track, _plan_episodes(job, track), read)
+
+
+def _current(reader: RangeReader, entry: IndexedFile) -> tuple[FileInfo | None, bool]:
+    """The file's record now (None: missing) and whether ``entry`` still describes it."""
+    try:
+        current = source_info(reader, entry.path)
+    except NotFound:
+        return None, False
+    if current.same_version(entry.info):
+        return current, True
+    logger.info(
+        "%s changed since it was indexed (%s, was %s); indexing it again",
+        entry.path,
+        current,
+        entry.info,
+    )
+    return current, False
+
+
+def _stored_track(
+    reader: RangeReader,
+    job: _FileJob,
+    store: FileEntryStore,
+    *,
+    verify: bool,
+    build: bool,
+    add: bool,
+) -> tuple[FileInfo, TrackIndex, bool]:
+    """``job``'s file from the per-file index, else read; with ``add``, once among
+    concurrent processes (under its build lock, after looking again) and saved there."""
+    entry = store.load(job.path)
+    current: FileInfo | None = None
+    if entry is not None and verify:
+        current, usable = _current(reader, entry)
+        entry = entry if usable else None
+    if entry is not None:
+        return entry.info, entry.track, False
+    if not build:
+        raise ManifestError(f"{job.path}: not in the per-file index and building is disabled")
+    if not add:
+        info, track = _read_track(reader, job)
+        return info, track, True
+    with store.building(job.path):
+        entry = store.load(job.path)  # another process may have indexed it while we waited
+        if entry is not None and (current is None or current.same_version(entry.info)):
+            return entry.info, entry.track, False
+        info, track = _read_track(reader, job)
+        store.save(IndexedFile(job.path, job.camera, info, track))
+    return info, track, True
 
 
 def _file_jobs(
@@ -248,7 +338,11 @@ def _index_files(
     workers: int,
     progress: bool,
     timeout_s: float,
-) -> list[tuple[FileInfo, TrackIndex, dict[str, np.ndarray]]]:
+    store: FileEntryStore | None = None,
+    verify: bool = False,
+    build: bool = True,
+    add: bool = True,
+) -> list[_Indexed]:
     paths = [job.path for job in jobs]
     results: list[Any] = [None] * len(paths)
     show = progress and sys.stderr.isatty()
@@ -260,7 +354,10 @@ def _index_files(
     futures: dict[Future[Any], int] = {}
     try:
         for i, job in enumerate(jobs):
-            futures[pool.submit(_index_file, reader, job)] = i
+            future = pool.submit(
+                _index_file, reader, job, store, verify=verify, build=build, add=add
+            )
+            futures[future] = i
         deadline = time.monotonic() + timeout_s
         pending = set(futures)
         while pending:
@@ -329,6 +426,49 @@ def build_manifest(
             not present exactly ``length`` frames (names the episode and camera).
         StorageError: the store failed.
     """
+    return index_episodes(
+        reader, meta, episodes=episodes, workers=workers, progress=progress, timeout_s=timeout_s
+    )
+
+
+def episode_video_files(meta: DatasetMeta, subset: EpisodeSubset | None) -> list[str]:
+    """The video files holding ``subset``'s episodes (None: every episode), all cameras."""
+    selected = slice(None) if subset is None else meta.episodes.rows(subset.ids())
+    return [job.path for job in _file_jobs(meta, selected)[0]]
+
+
+def index_episodes(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    *,
+    episodes: Sequence[int] | np.ndarray | EpisodeSubset | None = None,
+    store: FileEntryStore | None = None,
+    add: bool = True,
+    verify: bool = False,
+    build: bool = True,
+    workers: int = DEFAULT_BUILD_WORKERS,
+    progress: bool = True,
+    timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+) -> EpisodeManifest:
+    """:func:`build_manifest`, taking each file's sample table from the per-file index
+    ``store`` when it holds it, and (with ``add``) saving there those it reads.
+
+    Files are read only for the episodes asked for; spans are planned from the tables and
+    the episodes table. The manifest is in memory, its origin ``"cache"`` when no file was
+    read, else ``"built"``.
+
+    Args:
+        add: save the files read in ``store`` (each built under its lock, so concurrent
+            processes read it once); a whole build, which writes the whole sidecar, need
+            not (about 1 ms per file).
+        verify: compare each stored file's size and validators with the store's (one
+            look-up per file); a file that changed is indexed again.
+        build: read files the store lacks; if false, a missing one raises.
+
+    Raises:
+        ManifestError: as :func:`build_manifest`; a file missing from ``store`` when
+            ``build`` is false; a wait for another process's build that timed out.
+    """
     started = time.monotonic()
     identity = DatasetIdentity.of(meta, episodes)
     table = meta.episodes
@@ -336,9 +476,20 @@ def build_manifest(
     selected: np.ndarray | slice = slice(None) if subset is None else table.rows(subset.ids())
     jobs, file_ids = _file_jobs(meta, selected)
     before = reader.metrics()
-    results = _index_files(reader, jobs, workers=workers, progress=progress, timeout_s=timeout_s)
-    for job, (_, track, _) in zip(jobs, results, strict=True):
-        _check_codec(meta, job.camera, job.path, track)
+    results = _index_files(
+        reader,
+        jobs,
+        workers=workers,
+        progress=progress,
+        timeout_s=timeout_s,
+        store=store,
+        verify=verify,
+        build=build,
+        add=add,
+    )
+    for job, result in zip(jobs, results, strict=True):
+        if result.read:
+            _check_codec(meta, job.camera, job.path, result.track)
 
     shape = file_ids.shape
     arrays = {name: np.zeros(shape, dtype=dtype) for name, dtype in SPAN_FIELDS.items()}
@@ -347,26 +498,30 @@ def build_manifest(
         columns = table.video(camera)
         arrays["from_timestamp_s"][:, c] = columns.from_timestamp[selected]
         arrays["to_timestamp_s"][:, c] = columns.to_timestamp[selected]
-    for job, (_, _, plans) in zip(jobs, results, strict=True):
-        for name, values in plans.items():
+    for job, result in zip(jobs, results, strict=True):
+        for name, values in result.plans.items():
             arrays[name][job.rows, job.column] = values
     for array in arrays.values():
         array.flags.writeable = False
 
     paths = [job.path for job in jobs]
     cameras = [job.camera for job in jobs]
-    indexed = [(info, track) for info, track, _ in results]
+    indexed = [(result.info, result.track) for result in results]
+    read = sum(result.read for result in results)
     files, samples = assemble_tracks(paths, cameras, indexed)
     after = reader.metrics()
     stats = BuildStats(
-        files=len(paths),
+        files=read,
+        reused_files=len(paths) - read,
         requests=int(after.get("requests", 0)) - int(before.get("requests", 0)),
         bytes_read=int(after.get("bytes", 0)) - int(before.get("bytes", 0)),
         seconds=time.monotonic() - started,
     )
     logger.debug(
-        "indexed %d video files (%d episodes x %d cameras) in %.2f s: %d requests, %d bytes",
+        "indexed %d video files, %d more from the per-file index (%d episodes x %d cameras) "
+        "in %.2f s: %d requests, %d bytes",
         stats.files,
+        stats.reused_files,
         file_ids.shape[0],
         len(meta.video_keys),
         stats.seconds,
@@ -383,43 +538,9 @@ def build_manifest(
         spans=SpanArrays(**arrays),
         files=files,
         samples=samples,
-        origin="built",
+        origin="built" if read or store is None else "cache",
     )
     manifest.build_stats = stats
+    if store is not None and add and not store.unsaved:  # every table it holds is stored
+        manifest.entries_folder = store.folder
     return manifest
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars to Python ones, so every file-level value is a plain object."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def assemble_tracks(
-    paths: list[str],
-    cameras: list[str],
-    indexed: list[tuple[FileInfo, TrackIndex]],
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Concatenate per-file sample tables (CSR layout) and collect per-file scalars."""
-    tracks = [track for _, track in indexed]
-    counts = np.array([t.num_samples for t in tracks], dtype=np.int64)
-    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    files: dict[str, Any] = {
-        "path": list(paths),
-        "camera": list(cameras),
-        "size": np.array([info.size for info, _ in indexed], dtype=np.int64),
-        "etag": [info.etag for info, _ in indexed],
-        "last_modified": [info.last_modified for info, _ in indexed],
-        "sample_bounds": bounds,
-    }
-    samples: dict[str, np.ndarray] = {}
-    for name, kind in TRACK_FIELD_KINDS.items():
-        values = [getattr(t, name) for t in tracks]
-        if kind == "array":
-            merged = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
-            merged.flags.writeable = False
-            samples[name] = merged
-        elif kind == "unsupported":
-            raise ManifestError(f"cannot store TrackIndex.{name} in a manifest (unknown type)")
-        else:
-            files[name] = [_plain(v) for v in values]
-    return files, samples

@@ -277,12 +277,14 @@ def episodes_digest(meta: DatasetMeta) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BuildStats:
-    """What a build cost: files, reader requests and bytes, seconds."""
+    """What a build cost: files read, reader requests and bytes, seconds; and the files
+    whose tables came from the per-file index instead of being read."""
 
     files: int
     requests: int
     bytes_read: int
     seconds: float
+    reused_files: int = 0
 
     @property
     def files_per_second(self) -> float:
@@ -424,7 +426,8 @@ class EpisodeManifest:
 
     Built by :func:`build_manifest` or memory-mapped from a sidecar by :func:`load_sidecar`
     (see :func:`open_manifest`). Immutable and thread-safe. Pickles cheaply when backed by
-    a sidecar file (the worker maps the same file).
+    a sidecar file (the worker maps the same file) or by the per-file index (the worker
+    reads the same entries, checked against what the manifest recorded).
 
     Attributes:
         identity: the dataset it describes.
@@ -434,6 +437,8 @@ class EpisodeManifest:
         spans: the struct of span arrays.
         origin: ``"built"``, ``"explicit"``, ``"cache"`` or ``"published"``.
         sidecar_path: the local sidecar file backing it, if any.
+        entries_folder: the per-file index its file tables were taken from and saved in,
+            if any (a manifest of a subset of the episodes).
     """
 
     def __init__(
@@ -462,6 +467,9 @@ class EpisodeManifest:
         self._rows = EpisodeRowLookup(episode_index, "the manifest")
         self.origin = origin
         self.sidecar_path = sidecar_path
+        # the per-file index folder its file tables came from, all of them saved there: it
+        # pickles by reference to those entries (see _entries.reassemble_manifest)
+        self.entries_folder: Path | None = None
         self.build_stats: BuildStats | None = None
         self._check_shapes()
 
@@ -495,6 +503,13 @@ class EpisodeManifest:
             from episodestream.manifest._sidecar import _reopen_sidecar
 
             return (_reopen_sidecar, (str(self.sidecar_path), self.identity, self.origin))
+        if self.entries_folder is not None:
+            from episodestream.manifest._entries import reassemble_manifest
+
+            state = self._state()
+            state["files"] = {name: self._files[name] for name in _RECORDED_FILE_FIELDS}
+            del state["samples"]
+            return (reassemble_manifest, (str(self.entries_folder), state))
         return (_rebuild_manifest, (self._state(),))
 
     def _state(self) -> dict[str, Any]:
@@ -640,6 +655,10 @@ class EpisodeManifest:
             f"EpisodeManifest(episodes={self.num_episodes}, cameras={len(self.cameras)}, "
             f"files={self.num_files}, samples={self.num_samples}, origin={self.origin!r})"
         )
+
+
+# what a manifest pickled by reference to its per-file entries records of each file
+_RECORDED_FILE_FIELDS = ("path", "camera", "size", "etag", "last_modified", "sample_bounds")
 
 
 def _rebuild_manifest(state: dict[str, Any]) -> EpisodeManifest:

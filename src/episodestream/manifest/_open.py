@@ -27,7 +27,14 @@ from episodestream.errors import (
     StorageError,
 )
 from episodestream.lerobot import DatasetMeta, open_arrow_file
-from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
+from episodestream.manifest._build import (
+    DEFAULT_BUILD_WORKERS,
+    build_manifest,
+    episode_video_files,
+    index_episodes,
+    source_info,
+)
+from episodestream.manifest._entries import FileEntryStore
 from episodestream.manifest._manifest import (
     DatasetIdentity,
     EpisodeManifest,
@@ -65,6 +72,12 @@ _DOWNLOAD_PIECE_BYTES = 64 << 20
 # after; a bigger one has its header checked first (two small requests)
 _HEADER_CHECK_MIN_BYTES = 8 << 20
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+# a subset of the episodes takes a published sidecar only when it comes in one request:
+# a bigger one grows with the dataset, the files of the subset do not
+_SUBSET_PUBLISHED = (
+    "{size} bytes, over one request: not fetched for a subset of the episodes (their "
+    "video files are indexed instead)"
+)
 
 
 def default_cache_dir() -> Path:
@@ -119,13 +132,20 @@ def verify_sources(
     *,
     root: str | None = None,
     workers: int = DEFAULT_BUILD_WORKERS,
+    episodes: EpisodeSubset | None = None,
 ) -> str | None:
-    """Compare every source file's size and validators with the manifest's record.
+    """Compare every source file's size and validators with the manifest's record (with
+    ``episodes``, only the files holding those episodes).
 
     One look-up per file, ``workers`` at a time. Validators are compared only when ``root``
     is None or the manifest's own root (see ``EpisodeManifest.source_change``).
     Returns why they differ (a file found changed or missing), or None.
     """
+    if episodes is None:
+        files: Sequence[int] = range(manifest.num_files)
+    else:
+        rows = [manifest.row(episode) for episode in episodes.ids().tolist()]
+        files = np.unique(manifest.spans.file_id[rows]).tolist()
 
     def check(index: int) -> str | None:
         path = manifest.file_paths[index]
@@ -136,7 +156,7 @@ def verify_sources(
         return manifest.source_change(index, current, root=root)
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="es-verify") as pool:
-        for reason in pool.map(check, range(manifest.num_files)):
+        for reason in pool.map(check, files):
             if reason is not None:
                 return reason
     return None
@@ -151,8 +171,10 @@ def _try_load(
     workers: int,
     *,
     needed: np.ndarray | None = None,
+    scope: EpisodeSubset | None = None,
 ) -> tuple[EpisodeManifest | None, str]:
-    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not).
+    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not); with
+    ``verify``, the files of ``scope``'s episodes (None: all) are looked up.
 
     Raises:
         SidecarCoverageError: with ``needed`` (the episodes ``expected`` covers), a sidecar
@@ -177,7 +199,10 @@ def _try_load(
             raise SidecarCoverageError(str(path), subset.missing(needed), subset.describe())
         return None, f"{path}: sidecar does not match the dataset: {reason}"
     if verify:
-        reason = verify_sources(reader, manifest, root=expected.root, workers=workers)
+        # a subset looks up its own files only
+        reason = verify_sources(
+            reader, manifest, root=expected.root, workers=workers, episodes=scope
+        )
         if reason is not None:
             return None, f"{path}: stale sidecar: {reason}"
     return manifest, ""
@@ -215,13 +240,16 @@ def _read_published(reader: RangeReader) -> tuple[bytes | None, int]:
 
 
 def _fetch_published(
-    reader: RangeReader, destination: Path, expected: DatasetIdentity
+    reader: RangeReader, destination: Path, expected: DatasetIdentity, *, small_only: bool = False
 ) -> tuple[bool, str]:
-    """Copy the dataset's published sidecar to ``destination`` if it matches the dataset."""
+    """Copy the dataset's published sidecar to ``destination`` if it matches the dataset
+    (with ``small_only``, only one fetched in one request: see ``_SUBSET_PUBLISHED``)."""
     try:
         published_bytes, size = _read_published(reader)
     except NotFound:
         return False, "absent"
+    if small_only and published_bytes is None:
+        return False, _SUBSET_PUBLISHED.format(size=size)
     where = f"{PUBLISHED_SIDECAR_PATH} (published)"
     reason = _published_header_mismatch(reader, size, expected)
     if reason is not None:
@@ -278,15 +306,24 @@ def open_manifest(
        and ``build`` is true);
     2. the local cache, ``sidecar_cache_path(meta, cache_dir)``; with ``episodes``, else a
        cached sidecar of a subset holding them (``episodestream index --episodes``);
-    3. a copy published under the dataset root (the metadata root with split roots),
+    3. with ``episodes``, the per-file index in the cache (``_entries``) when it holds
+       every video file of those episodes: spans are planned from it, nothing is read;
+    4. a copy published under the dataset root (the metadata root with split roots),
        ``meta/episodestream/index.arrow`` (``episodestream index --publish`` writes it):
-       up to 8 MiB fetched whole in one request, a bigger one checked by its header first;
-       checked, then copied into the cache;
-    4. built from the videos (``build_manifest``) and written into the cache.
+       up to 8 MiB fetched whole in one request, a bigger one checked by its header first
+       (with ``episodes``, only one that comes in one request); checked, then copied into
+       the cache;
+    5. built from the videos: with ``episodes``, only the files holding them are read
+       (those the per-file index lacks), added to the per-file index, and the manifest of
+       the subset is kept in memory; for the whole dataset, the files the per-file index
+       lacks are read and the whole sidecar is written into the cache.
 
-    Steps 2-4 run under a file lock beside the cache entry, so N processes on a host
-    build (or download) it once; files are renamed into place whole, so readers never see
-    half a file. A sidecar for another dataset (revision, info.json, episodes table,
+    So an open of some episodes touches only their video files, and later opens of other
+    episodes (or of the whole dataset) add the files they lack instead of rebuilding. The
+    whole sidecar is built and published under a file lock beside it, each file of the
+    per-file index under a lock of its own, so N processes on a host build (or download)
+    each once; files are renamed into place whole, so readers never see half a file.
+    A sidecar for another dataset (revision, info.json, episodes table,
     totals, cameras), or one of a subset lacking episodes asked for, is never used (an
     explicit one of a subset raises rather than being rebuilt over); with ``verify``
     every source file's size and ETag/Last-Modified is also compared (one look-up per
@@ -309,7 +346,7 @@ def open_manifest(
         published_reader: the reader of the root a published copy lives under, when not
             ``reader`` (split roots: the metadata root; ``index --publish`` writes there).
         episodes: the episodes the caller will read (None: all); a sidecar of a subset
-            holding them will do. What is built is still the whole dataset's.
+            holding them will do, and only their files are indexed.
 
     Raises:
         SidecarCoverageError: ``sidecar`` is this dataset's but built for a subset that
@@ -327,7 +364,7 @@ def open_manifest(
     if sidecar is not None:
         path = Path(sidecar)
         manifest, reason = _try_load(
-            path, expected, "explicit", reader, verify, workers, needed=needed
+            path, expected, "explicit", reader, verify, workers, needed=needed, scope=subset
         )
         if manifest is not None:
             return manifest
@@ -348,7 +385,9 @@ def open_manifest(
 
     cache_path = sidecar_cache_path(meta, cache_dir) if use_cache else None
     if cache_path is not None:
-        manifest, reason = _try_load(cache_path, whole, "cache", reader, verify, workers)
+        manifest, reason = _try_load(
+            cache_path, whole, "cache", reader, verify, workers, scope=subset
+        )
         if manifest is not None:
             return manifest
         if reason != "absent":
@@ -356,11 +395,28 @@ def open_manifest(
         refused.append(f"cache: {reason}")
         # only a subset is looked for among subset sidecars: the whole dataset never takes one
         for candidate in _subset_sidecars(cache_path, subset) if subset is not None else ():
-            manifest, why = _try_load(candidate, expected, "cache", reader, verify, workers)
+            manifest, why = _try_load(
+                candidate, expected, "cache", reader, verify, workers, scope=subset
+            )
             if manifest is not None:
                 return manifest
             logger.debug("cached subset sidecar not used: %s", why)
+        store = FileEntryStore.beside(cache_path, meta, lock_timeout_s=lock_timeout_s)
         try:
+            if subset is not None:
+                return _open_subset(
+                    reader,
+                    meta,
+                    subset,
+                    cache_path,
+                    store,
+                    workers,
+                    progress,
+                    verify,
+                    published=use_published,
+                    build=build,
+                    publisher=publisher,
+                )
             return _build_into(
                 reader,
                 meta,
@@ -373,6 +429,7 @@ def open_manifest(
                 published=use_published,
                 build=build,
                 publisher=publisher,
+                store=store,
             )
         except _NothingUsable as nothing:
             refused.extend(nothing.reasons)
@@ -392,7 +449,11 @@ def open_manifest(
         except NotFound:
             refused.append("published: absent")
         else:
-            reason = _published_header_mismatch(publisher, size, expected)
+            reason = (
+                _SUBSET_PUBLISHED.format(size=size)
+                if subset is not None and published_bytes is None
+                else _published_header_mismatch(publisher, size, expected)
+            )
             try:
                 if reason is not None:
                     raise ManifestError(reason)
@@ -407,7 +468,11 @@ def open_manifest(
             else:
                 if (
                     not verify
-                    or (reason := verify_sources(reader, manifest, root=meta.root, workers=workers))
+                    or (
+                        reason := verify_sources(
+                            reader, manifest, root=meta.root, workers=workers, episodes=subset
+                        )
+                    )
                     is None
                 ):
                     return manifest
@@ -416,7 +481,68 @@ def open_manifest(
         raise ManifestError(
             "no usable sidecar and building is disabled: " + "; ".join(refused or ["none found"])
         )
-    return build_manifest(reader, meta, workers=workers, progress=progress)
+    return build_manifest(reader, meta, workers=workers, progress=progress, episodes=subset)
+
+
+def _open_subset(
+    reader: RangeReader,
+    meta: DatasetMeta,
+    subset: EpisodeSubset,
+    whole_path: Path,
+    store: FileEntryStore,
+    workers: int,
+    progress: bool,
+    verify: bool,
+    *,
+    published: bool,
+    build: bool,
+    publisher: RangeReader,
+) -> EpisodeManifest:
+    """The manifest of ``subset`` from the per-file index ``store``: files it lacks are
+    taken from a small published sidecar (copied to ``whole_path``, where it serves every
+    subset), else read and added to the store. Only the subset's files are touched."""
+    paths = episode_video_files(meta, subset)
+    missing = [path for path in paths if not store.has(path)]
+    reasons: list[str] = []
+    if missing and published:
+        # an unwritable cache fails here, before the published copy is fetched for nothing
+        whole_path.parent.mkdir(parents=True, exist_ok=True)
+        whole = DatasetIdentity.of(meta)
+        fetched, why = _fetch_published(publisher, whole_path, whole, small_only=True)
+        if fetched:
+            expected = dataclasses.replace(whole, episodes=subset)
+            manifest, why = _try_load(
+                whole_path, expected, "published", reader, verify, workers, scope=subset
+            )
+            if manifest is not None:
+                logger.info("using the published sidecar, copied to %s", whole_path)
+                return manifest
+        reasons.append(f"published: {why}")
+    if missing and not build:
+        reasons.append(
+            f"per-file index: {len(missing)} of the {len(paths)} video files of "
+            f"{subset.describe()} not indexed (e.g. {missing[0]})"
+        )
+        raise _NothingUsable(reasons)
+    if missing:
+        store.prepare()
+        logger.info(
+            "indexing %d video files of %s (%d more in the per-file index %s)",
+            len(missing),
+            subset.describe(),
+            len(paths) - len(missing),
+            store.folder,
+        )
+    return index_episodes(
+        reader,
+        meta,
+        episodes=subset,
+        store=store,
+        verify=verify,
+        build=build,
+        workers=workers,
+        progress=progress,
+    )
 
 
 class _NothingUsable(Exception):
@@ -438,8 +564,10 @@ def _build_into(
     published: bool,
     build: bool = True,
     publisher: RangeReader | None = None,
+    store: FileEntryStore | None = None,
 ) -> EpisodeManifest:
-    """Under ``path``'s lock: re-check ``path``, try the published copy, else build there."""
+    """Under ``path``'s lock: re-check ``path``, try the published copy, else build there
+    (with ``store``, the per-file index: files it holds are not read again)."""
     expected = DatasetIdentity.of(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(f"{path}.lock", timeout=lock_timeout_s)
@@ -461,10 +589,20 @@ def _build_into(
                 reasons.append(f"published: {why}")
             if not build:
                 raise _NothingUsable(reasons)
-            built = build_manifest(reader, meta, workers=workers, progress=progress)
+            # files of the per-file index are reused; those read go into the whole sidecar
+            # only (which serves every subset)
+            built = index_episodes(
+                reader,
+                meta,
+                store=store,
+                add=False,
+                verify=verify,
+                workers=workers,
+                progress=progress,
+            )
             write_sidecar(built, path)
             logger.info("wrote sidecar %s", path)
-            manifest = load_sidecar(path, expect=expected, origin="built")
+            manifest = load_sidecar(path, expect=expected, origin=built.origin)
             manifest.build_stats = built.build_stats
             return manifest
     except filelock.Timeout as error:
@@ -477,9 +615,13 @@ def _build_into(
 @dataclass(frozen=True, slots=True)
 class SidecarStatus:
     """One place a sidecar may be: ``state`` is valid, stale, absent, invalid, or partial
-    (this dataset's, built for a subset of its episodes: the reason says which)."""
+    (this dataset's, built for a subset of its episodes: the reason says which).
 
-    where: Literal["explicit", "cache", "published"]
+    ``where`` is ``"per-file"`` for the per-file index in the cache (always ``partial``:
+    it is not a sidecar, its reason counts the video files it holds; listed only when it
+    exists, its entries unchecked until an open uses them)."""
+
+    where: Literal["explicit", "cache", "per-file", "published"]
     location: str
     state: Literal["valid", "stale", "absent", "invalid", "partial"]
     reason: str = ""
@@ -496,7 +638,7 @@ def sidecar_status(
     """Report each candidate sidecar without building or downloading anything; a published
     one is looked for through ``published_reader`` when given (split roots: the metadata
     root, as :func:`open_manifest` looks), else ``reader``. Sidecars of a subset of the
-    episodes in the cache are listed after the whole dataset's."""
+    episodes in the cache are listed after the whole dataset's, then the per-file index."""
     expected = DatasetIdentity.of(meta)
     publisher = published_reader if published_reader is not None else reader
     result: list[SidecarStatus] = []
@@ -525,6 +667,17 @@ def sidecar_status(
             continue
         state: Literal["valid", "stale"] = "valid" if reason is None else "stale"
         result.append(SidecarStatus(where, str(path), state, reason or ""))
+    store = FileEntryStore.beside(cache_path, meta, lock_timeout_s=0.0)
+    if store.folder.is_dir():
+        total = sum(len(meta.video_files(key)) for key in meta.video_keys)
+        result.append(
+            SidecarStatus(
+                "per-file",
+                str(store.folder),
+                "partial",
+                f"{store.count()} of the dataset's {total} video files indexed",
+            )
+        )
     try:
         size = publisher.size(PUBLISHED_SIDECAR_PATH)
     except NotFound:

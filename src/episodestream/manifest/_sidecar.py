@@ -36,10 +36,18 @@ import pyarrow.ipc as ipc
 from episodestream.errors import ManifestError
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
-    TRACK_FIELD_KINDS,
     DatasetIdentity,
     EpisodeManifest,
     SpanArrays,
+)
+from episodestream.manifest._tables import (
+    Column,
+    check_file_table,
+    column_array,
+    file_table_columns,
+    load_file_table,
+    numeric_column,
+    one_row_batch,
 )
 
 __all__ = [
@@ -54,47 +62,16 @@ SIDECAR_VERSION = 2
 # the versions this library reads; version 1 is a sidecar of every episode
 _READABLE_VERSIONS = (1, 2)
 _METADATA_KEY = b"episodestream.sidecar"
-_BOOL_MARK = {b"numpy_dtype": b"bool"}
 
 
-def _one_row(values: pa.Array) -> pa.Array:
-    return pa.LargeListArray.from_arrays(pa.array([0, len(values)], type=pa.int64()), values)
-
-
-def _numeric(values: np.ndarray) -> tuple[pa.Array, dict[bytes, bytes] | None]:
-    array = np.ascontiguousarray(values)
-    if array.dtype == np.bool_:
-        return pa.array(array.view(np.uint8)), _BOOL_MARK
-    return pa.array(array), None
-
-
-def _columns(manifest: EpisodeManifest) -> list[tuple[str, pa.Array, dict[bytes, bytes] | None]]:
-    files = manifest._files
-    samples = manifest._samples
-    columns: list[tuple[str, pa.Array, dict[bytes, bytes] | None]] = [
-        ("episode.index", *_numeric(np.asarray(manifest.episode_index, dtype=np.int64)))
+def _columns(manifest: EpisodeManifest) -> list[Column]:
+    columns: list[Column] = [
+        ("episode.index", *numeric_column(np.asarray(manifest.episode_index, dtype=np.int64)))
     ]
     for name, dtype in SPAN_FIELDS.items():
         array = np.asarray(getattr(manifest.spans, name), dtype=dtype).reshape(-1)
-        columns.append((f"span.{name}", *_numeric(array)))
-    columns.append(("file.path", pa.array(list(files["path"]), pa.string()), None))
-    columns.append(("file.camera", pa.array(list(files["camera"]), pa.string()), None))
-    columns.append(("file.etag", pa.array(list(files["etag"]), pa.string()), None))
-    columns.append(
-        ("file.last_modified", pa.array(list(files["last_modified"]), pa.string()), None)
-    )
-    columns.append(("file.size", *_numeric(np.asarray(files["size"], dtype=np.int64))))
-    columns.append(
-        ("file.sample_bounds", *_numeric(np.asarray(files["sample_bounds"], dtype=np.int64)))
-    )
-    for name, kind in TRACK_FIELD_KINDS.items():
-        if kind == "array":
-            columns.append((f"sample.{name}", *_numeric(samples[name])))
-        elif kind == "unsupported":
-            raise ManifestError(f"cannot store TrackIndex.{name} in a sidecar (unknown type)")
-        else:
-            arrow_type = pa.type_for_alias(kind)
-            columns.append((f"file.{name}", pa.array(list(files[name]), arrow_type), None))
+        columns.append((f"span.{name}", *numeric_column(array)))
+    columns.extend(file_table_columns(manifest._files, manifest._samples))
     return columns
 
 
@@ -110,14 +87,8 @@ def _header(manifest: EpisodeManifest) -> dict[str, Any]:
 
 
 def _batch(manifest: EpisodeManifest) -> pa.RecordBatch:
-    fields = []
-    arrays = []
-    for name, values, field_metadata in _columns(manifest):
-        column = _one_row(values)
-        fields.append(pa.field(name, column.type, nullable=False, metadata=field_metadata))
-        arrays.append(column)
-    schema = pa.schema(fields, metadata={_METADATA_KEY: json.dumps(_header(manifest)).encode()})
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    header = json.dumps(_header(manifest)).encode()
+    return one_row_batch(_columns(manifest), {_METADATA_KEY: header})
 
 
 def write_sidecar(manifest: EpisodeManifest, path: str | os.PathLike[str]) -> Path:
@@ -186,36 +157,6 @@ def read_sidecar_header(source: pa.NativeFile | pa.Buffer, *, where: str) -> Dat
     return DatasetIdentity.from_json(_parse_header(reader.schema, where)["identity"])
 
 
-def _flat(batch: pa.RecordBatch, name: str, where: str) -> pa.Array:
-    index = batch.schema.get_field_index(name)
-    if index < 0:
-        raise ManifestError(
-            f"{where}: sidecar lacks column {name!r} (written by another version); rebuild it"
-        )
-    column = batch.column(index)
-    if len(column) != 1 or not isinstance(column, pa.LargeListArray) or column.null_count:
-        raise ManifestError(f"{where}: column {name!r} must be one non-null list row")
-    # .values and .offsets are plain buffer accessors; .flatten() would initialize pyarrow's
-    # compute registry on first use (~0.2 s)
-    start, end = column.offsets.to_numpy()
-    values = column.values
-    if start != 0 or end != len(values):
-        values = values.slice(int(start), int(end - start))
-    return values
-
-
-def _numpy(batch: pa.RecordBatch, name: str, where: str) -> np.ndarray:
-    values = _flat(batch, name, where)
-    try:
-        array = values.to_numpy(zero_copy_only=True)
-    except (pa.ArrowException, ValueError) as error:
-        raise ManifestError(f"{where}: column {name!r} is not a plain numeric array") from error
-    field = batch.schema.field(name)
-    if field.metadata and field.metadata.get(b"numpy_dtype") == b"bool":
-        array = array.view(np.bool_)
-    return array
-
-
 def load_sidecar(
     path: str | os.PathLike[str] | pa.Buffer,
     *,
@@ -268,7 +209,7 @@ def load_sidecar(
             raise ManifestError(f"{where}: sidecar does not match the dataset: {reason}")
 
     cameras = tuple(str(c) for c in header.get("cameras", ()))
-    episodes = _numpy(batch, "episode.index", where)
+    episodes = column_array(batch, "episode.index", where)
     if identity.episodes is not None and not np.array_equal(episodes, identity.episodes.ids()):
         raise ManifestError(
             f"{where}: the sidecar's episode column is not the subset its header records "
@@ -277,37 +218,16 @@ def load_sidecar(
     shape = (len(episodes), len(cameras))
     spans: dict[str, np.ndarray] = {}
     for name in SPAN_FIELDS:
-        flat = _numpy(batch, f"span.{name}", where)
+        flat = column_array(batch, f"span.{name}", where)
         if flat.size != shape[0] * shape[1]:
             raise ManifestError(
                 f"{where}: column 'span.{name}' has {flat.size} values, expected "
                 f"{shape[0] * shape[1]}"
             )
         spans[name] = flat.reshape(shape)
-    files: dict[str, Any] = {
-        "path": _flat(batch, "file.path", where).to_pylist(),
-        "camera": _flat(batch, "file.camera", where).to_pylist(),
-        "etag": _flat(batch, "file.etag", where).to_pylist(),
-        "last_modified": _flat(batch, "file.last_modified", where).to_pylist(),
-        "size": _numpy(batch, "file.size", where),
-        "sample_bounds": _numpy(batch, "file.sample_bounds", where),
-    }
-    samples: dict[str, np.ndarray] = {}
-    for name, kind in TRACK_FIELD_KINDS.items():
-        if kind == "array":
-            samples[name] = _numpy(batch, f"sample.{name}", where)
-        elif kind == "unsupported":
-            raise ManifestError(f"cannot load TrackIndex.{name} from a sidecar (unknown type)")
-        else:
-            files[name] = _flat(batch, f"file.{name}", where).to_pylist()
-    num_files = len(files["path"])
-    for name, values in files.items():
-        expected_length = num_files + 1 if name == "sample_bounds" else num_files
-        if len(values) != expected_length:
-            raise ManifestError(
-                f"{where}: column 'file.{name}' has {len(values)} values, "
-                f"expected {expected_length}"
-            )
+    files, samples = load_file_table(batch, where)
+    # per file only: a mapped sidecar's sample pages are read when a file is used
+    check_file_table(files, samples, where, per_sample=False)
     return EpisodeManifest(
         identity=identity,
         cameras=cameras,
