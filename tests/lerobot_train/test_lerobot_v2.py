@@ -11,7 +11,7 @@ subset), the metadata its training reads (stats, info, episodes), and LeRobot's 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,11 @@ def converted_root(v21_root: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return root
 
 
+def _info(info: Any) -> dict[str, Any]:
+    """info.json as a dict: LeRobot 0.6's metadata holds a ``DatasetInfo`` dataclass."""
+    return dict(info) if isinstance(info, Mapping) else info.to_dict()
+
+
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
@@ -112,7 +117,7 @@ def test_samples_and_metadata_equal_lerobot_on_its_conversion(
             assert our_stats[key].dtype == value.dtype, key
             assert np.array_equal(our_stats[key], value), key
         strip = {name: None for name in _TEMPLATES}
-        assert {**ours.meta.info, **strip} == {**theirs.meta.info, **strip}
+        assert {**_info(ours.meta.info), **strip} == {**_info(theirs.meta.info), **strip}
         assert ours.meta.episodes.column_names == theirs.meta.episodes.column_names
         for column in ("episode_index", "tasks", "length", "dataset_from_index"):
             assert ours.meta.episodes[column] == list(theirs.meta.episodes[column]), column
