@@ -10,6 +10,7 @@ subset), the metadata its training reads (stats, info, episodes), and LeRobot's 
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -72,8 +73,10 @@ def converted_root(v21_root: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _info(info: Any) -> dict[str, Any]:
-    """info.json as a dict: LeRobot 0.6's metadata holds a ``DatasetInfo`` dataclass."""
-    return dict(info) if isinstance(info, Mapping) else info.to_dict()
+    """info.json as JSON reads it: LeRobot 0.6's metadata holds a ``DatasetInfo`` dataclass
+    (whose ``to_dict`` gives shapes as lists, where 0.4's dict holds tuples)."""
+    plain = dict(info) if isinstance(info, Mapping) else info.to_dict()
+    return json.loads(json.dumps(plain))
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
