@@ -198,7 +198,11 @@ def test_every_sample_is_lerobots(
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_the_pool_covers_what_lerobot_reads(
-    variant: str, corpus: dict[str, Path], http_publish: Callable[..., str], tmp_path: Path
+    variant: str,
+    over: str,
+    corpus: dict[str, Path],
+    http_publish: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
     root = corpus[variant]
     episodes = VARIANTS[variant][1]
@@ -208,8 +212,9 @@ def test_the_pool_covers_what_lerobot_reads(
         for _, sample in _lerobot_samples(theirs)
         if not isinstance(sample, Exception)
     }
+    target = str(root) if over == "local" else http_publish(root)
     pool = EpisodePoolDataset(
-        http_publish(root), episodes=episodes, pool_size=2, seed=3, cache_dir=tmp_path / "cache"
+        target, episodes=episodes, pool_size=2, seed=3, cache_dir=tmp_path / "cache"
     )
     seen: list[int] = []
     with pool:
