@@ -90,6 +90,14 @@ def _last_file(root: Path, camera: str) -> Path:
     return root / _episode_files(root, camera)[len(LENGTHS) - 1]
 
 
+def _reencoded(encoder: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:  # every camera's files, the codec label left at AV1
+        for path in variants.video_files(root):
+            variants.reencode_video(path, encoder)
+
+    return edit
+
+
 def _moov_at_end(root: Path) -> None:
     for path in variants.video_files(root):
         variants.remux_moov(path, faststart=False)
@@ -109,6 +117,9 @@ VARIANTS: dict[str, tuple[Callable[[Path], None], list[int] | None]] = {
     ),
     "codec label disagrees": (lambda root: variants.relabel_codec(root, "h264"), None),
     "moov at the end": (_moov_at_end, None),
+    "MPEG-4 Part 2 labelled AV1": (_reencoded("mpeg4"), None),
+    "VP9 labelled AV1": (_reencoded("libvpx-vp9"), None),
+    "H.264 with B-frames labelled AV1": (_reencoded("libx264"), None),
     "names nested, dict, null": (variants.nest_names, None),
     "unknown fields": (variants.add_unknown_fields, None),
     "stats absent": (lambda root: (root / "meta/stats.json").unlink(), None),

@@ -28,6 +28,7 @@ __all__ = [
     "edit_info",
     "episodes_files",
     "nest_names",
+    "reencode_video",
     "relabel_codec",
     "remove_video_file",
     "remux_moov",
@@ -84,19 +85,25 @@ def set_to_timestamp_last_frame(root: Path) -> None:
     edit_episodes(root, change)
 
 
-def _rewrite_video(path: Path, frames_of: Callable[[list[np.ndarray]], list[np.ndarray]]) -> None:
+def _rewrite_video(
+    path: Path,
+    frames_of: Callable[[list[np.ndarray]], list[np.ndarray]],
+    *,
+    encoder: str | None = None,
+) -> None:
     """Decode every frame of ``path``, pass them through ``frames_of`` and encode them again
-    with the same codec, size and frame rate (timestamps k / fps from 0)."""
+    with ``encoder`` (default: the same codec), the same size and frame rate (timestamps
+    k / fps from 0)."""
     with av.open(str(path)) as source:
         stream = source.streams.video[0]
         codec = stream.codec_context.name
         rate = stream.average_rate or Fraction(30)
         frames = [frame.to_ndarray(format="rgb24") for frame in source.decode(stream)]
-    encoder = {"libdav1d": "libsvtav1", "av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
+    encoders = {"libdav1d": "libsvtav1", "av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
     frames = frames_of(frames)
     temporary = path.with_suffix(".rewrite.mp4")
     with av.open(str(temporary), "w") as target:
-        out = target.add_stream(encoder.get(codec, codec), rate=rate)
+        out = target.add_stream(encoder or encoders.get(codec, codec), rate=rate)
         out.width, out.height = frames[0].shape[1], frames[0].shape[0]
         out.pix_fmt = "yuv420p"
         out.options = {"g": "2"} if out.codec_context.name == "libsvtav1" else {}
@@ -111,6 +118,12 @@ def _rewrite_video(path: Path, frames_of: Callable[[list[np.ndarray]], list[np.n
 def drop_last_video_frame(path: Path) -> None:
     """The video one frame short: its last episode's last row has no frame."""
     _rewrite_video(path, lambda frames: frames[:-1])
+
+
+def reencode_video(path: Path, encoder: str) -> None:
+    """The same frames in another codec (``mpeg4``: MPEG-4 Part 2, ``libvpx-vp9``,
+    ``libx264`` with its default B-frames, ``libx265``); info.json keeps its label."""
+    _rewrite_video(path, lambda frames: frames, encoder=encoder)
 
 
 def repeat_last_video_frame(path: Path) -> None:

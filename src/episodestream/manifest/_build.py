@@ -72,6 +72,9 @@ _CODEC_ENTRIES = {
     "hevc": {"hvc1", "hev1"},
     "h265": {"hvc1", "hev1"},
     "vp9": {"vp09"},
+    "mpeg4": {"mp4v"},
+    "libsvtav1": {"av01"},
+    "libx264": {"avc1", "avc3"},
 }
 
 
