@@ -40,21 +40,28 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it; imported on first attribute access
 _LAZY: dict[str, str] = {
+    "CheckFinding": "episodestream.check",
+    "DatasetCheck": "episodestream.check",
+    "EpisodeCheck": "episodestream.check",
     "EpisodePoolDataset": "episodestream.datasets",
     "EpisodeStreamDataset": "episodestream.datasets",
     "Location": "episodestream.storage",
     "ReaderOptions": "episodestream.storage",
     "StreamOptions": "episodestream.datasets",
+    "check_dataset": "episodestream.check",
     "open_reader": "episodestream.storage",
 }
 
 __all__ = [
     "BudgetError",
     "CacheError",
+    "CheckFinding",
     "ConfigError",
     "ConfigTypeError",
+    "DatasetCheck",
     "DatasetFormatError",
     "DecodeError",
+    "EpisodeCheck",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
     "EpisodeStreamError",
@@ -79,6 +86,7 @@ __all__ = [
     "UnknownEpisodesError",
     "UnsupportedMp4Error",
     "__version__",
+    "check_dataset",
     "open_reader",
 ]
 

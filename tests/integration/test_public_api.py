@@ -7,10 +7,13 @@ from episodestream import errors
 PUBLIC_NAMES = [
     "BudgetError",
     "CacheError",
+    "CheckFinding",
     "ConfigError",
     "ConfigTypeError",
+    "DatasetCheck",
     "DatasetFormatError",
     "DecodeError",
+    "EpisodeCheck",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
     "EpisodeStreamError",
@@ -35,6 +38,7 @@ PUBLIC_NAMES = [
     "UnknownEpisodesError",
     "UnsupportedMp4Error",
     "__version__",
+    "check_dataset",
     "open_reader",
 ]
 

@@ -26,6 +26,8 @@ __all__ = [
     "drop_last_video_frame",
     "edit_episodes",
     "edit_info",
+    "episode_data_rows",
+    "episode_video_file",
     "episodes_files",
     "nest_names",
     "reencode_video",
@@ -33,7 +35,9 @@ __all__ = [
     "remove_video_file",
     "remux_moov",
     "repeat_last_video_frame",
+    "set_data_value",
     "set_to_timestamp_last_frame",
+    "shift_timestamp",
     "video_files",
 ]
 
@@ -58,6 +62,63 @@ def edit_episodes(root: Path, change: Callable[[pa.Table], pa.Table]) -> None:
     """Rewrite every ``meta/episodes`` file through ``change``."""
     for path in episodes_files(root):
         pq.write_table(change(pq.read_table(path)), path)
+
+
+def _episode_row(root: Path, episode: int) -> dict[str, Any]:
+    """The episodes-table row of ``episode`` (every column, ``stats/*`` included)."""
+    for path in episodes_files(root):
+        table = pq.read_table(path)
+        found = np.flatnonzero(np.asarray(table.column("episode_index")) == episode)
+        if found.size:
+            return table.slice(int(found[0]), 1).to_pylist()[0]
+    raise KeyError(f"no episode {episode} in {root}")
+
+
+def episode_video_file(root: Path, episode: int, camera: str) -> Path:
+    """The MP4 file holding ``episode`` for ``camera`` (``info.json``'s ``video_path``)."""
+    info = json.loads((root / "meta/info.json").read_text())
+    row = _episode_row(root, episode)
+    return root / info["video_path"].format(
+        video_key=camera,
+        chunk_index=row[f"videos/{camera}/chunk_index"],
+        file_index=row[f"videos/{camera}/file_index"],
+    )
+
+
+def episode_data_rows(root: Path, episode: int) -> tuple[Path, int, int]:
+    """``(data file, first row in it, length)`` of ``episode``: a data file holds its
+    episodes' rows in ``dataset_from_index`` order, from the smallest of them."""
+    info = json.loads((root / "meta/info.json").read_text())
+    row = _episode_row(root, episode)
+    place = (row["data/chunk_index"], row["data/file_index"])
+    path = root / info["data_path"].format(chunk_index=place[0], file_index=place[1])
+    columns = ["data/chunk_index", "data/file_index", "dataset_from_index"]
+    starts = [
+        start
+        for table in (pq.read_table(p, columns=columns) for p in episodes_files(root))
+        for chunk, file, start in zip(*(table.column(c).to_pylist() for c in columns), strict=True)
+        if (chunk, file) == place
+    ]
+    return path, int(row["dataset_from_index"]) - min(starts), int(row["length"])
+
+
+def set_data_value(root: Path, episode: int, row: int, column: str, value: Any) -> None:
+    """Row ``row`` (0-based in ``episode``) of data column ``column`` holds ``value``."""
+    path, first, length = episode_data_rows(root, episode)
+    if not 0 <= row < length:
+        raise IndexError(f"episode {episode} has {length} rows, not row {row}")
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[first + row] = value
+    pq.write_table(_replace(table, column, values), path)
+
+
+def shift_timestamp(root: Path, episode: int, row: int, by_s: float) -> None:
+    """Row ``row`` of ``episode`` says its frame is ``by_s`` seconds later than it is (a
+    clock glitch in the recording): past LeRobot's tolerance, that sample has no frame."""
+    path, first, _ = episode_data_rows(root, episode)
+    old = pq.read_table(path, columns=["timestamp"]).column("timestamp")[first + row].as_py()
+    set_data_value(root, episode, row, "timestamp", old + by_s)
 
 
 def video_files(root: Path, camera: str | None = None) -> list[Path]:

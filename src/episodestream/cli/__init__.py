@@ -22,6 +22,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "_serve",
     "_index",
     "_inspect",
+    "_check",
     "_demo",
     "_bench",
     "_bench_summary",
