@@ -251,9 +251,9 @@ def test_to_timestamp_at_the_last_frame_is_harmless(
         )
     for camera in (HIGH, LEFT):
         assert (
-            f"  {camera}: videos/{camera}/to_timestamp marks the episode's last frame, "
-            "from_timestamp + (length - 1) / fps (a hint only: frames are found at "
-            "from_timestamp + timestamp): episodes 0-5"
+            f"  videos/{camera}/to_timestamp is the last frame's time, from_timestamp + "
+            "(length - 1) / fps (a hint only: frames are found at from_timestamp + timestamp): "
+            "episodes 0-5"
         ) in run.out
 
 

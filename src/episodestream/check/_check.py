@@ -746,15 +746,14 @@ class _Context:
         if convention != "end":
             to_field = f"videos/{key}/to_timestamp"
             if convention == "last frame":
-                text = "marks the episode's last frame, from_timestamp + (length - 1) / fps"
+                text = "is the last frame's time, from_timestamp + (length - 1) / fps"
             else:
-                text = "is neither the episode's end nor its last frame"
+                text = "is neither the episode's end nor its last frame's time"
             duration = float(columns.to_timestamp[row]) - start
             add(
                 "to_timestamp",
                 "odd",
-                f"{key}: {to_field} {text} (a hint only: frames are found at from_timestamp + "
-                "timestamp)",
+                f"{to_field} {text} (a hint only: frames are found at from_timestamp + timestamp)",
                 detail=f"to_timestamp - from_timestamp = {duration:.6f} s, length / fps = "
                 f"{length / meta.fps:.6f} s",
                 field=to_field,
