@@ -135,7 +135,7 @@ def test_clean_dataset_reads_every_episode(
         assert sum(r.body_bytes for r in records if r.status < 300) == run.report["bytes"]
 
 
-def test_a_subset_reads_only_its_data_files(
+def test_a_subset_reads_only_its_files(
     make_variant: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -146,8 +146,13 @@ def test_a_subset_reads_only_its_data_files(
     run = check(root, tmp_path, capsys, "--episodes", "0,1")
     assert run.status == 0 and summary(run)["reads"] == [0, 1]
     uris = {r.uri.split("/", 2)[2] for r in http_server.access_records(since=mark)}
-    assert "data/chunk-000/file-000.parquet" in uris
-    assert "data/chunk-000/file-001.parquet" not in uris  # episodes 4 and 5 only
+    data_and_videos = {uri for uri in uris if not uri.startswith("meta/")}
+    # file-000 of each: episodes 0-2 of the videos, 0-3 of the data
+    assert data_and_videos == {
+        f"videos/{HIGH}/chunk-000/file-000.mp4",
+        f"videos/{LEFT}/chunk-000/file-000.mp4",
+        "data/chunk-000/file-000.parquet",
+    }
 
 
 # ---------------------------------------------------------------------------------- defects
@@ -220,11 +225,17 @@ def test_a_missing_video_file_raises_for_its_episodes_only(
     assert finding["error"] == "NotFound"
     assert run.episode(0)["raising_rows"] == list(range(run.episode(0)["length"]))
     assert f"  episode 0: {LEFT}: {path} is missing [NotFound at every sample]" in run.out
+    # the index of episodes 0 and 4 did not open: each of their video files was read alone
+    assert run.report["index"] == "files"
+    [note] = run.report["notes"]
+    assert note.startswith("the index of the asked episodes did not open (ManifestError: ")
+    assert path in note and "note        the index of the asked episodes" in run.out
 
-    # the episodes of the other files read: the missing file is not theirs
+    # the episodes of the other files read, and their index opens: the file is not theirs
     others = check(root, tmp_path, capsys, "--episodes", "3,4")
     assert others.status == 0
     assert summary(others) == {"reads": [3, 4], "raises": [], "differs": [], "odd": []}
+    assert others.report["index"] != "files" and others.report["notes"] == []
 
 
 def test_to_timestamp_at_the_last_frame_is_harmless(

@@ -39,8 +39,19 @@ CASES = {**VARIANTS, **DEFECTS}
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _write(tmp_path_factory.mktemp("oracle") / "written")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``made(case) -> root``: the LeRobot-written dataset edited by ``case``, made once."""
+    written = _write(tmp_path_factory.mktemp("oracle") / "written")
+    roots: dict[str, Path] = {}
+
+    def make(case: str) -> Path:
+        if case not in roots:
+            root = variants.copy_dataset(written, tmp_path_factory.mktemp("case") / "ds")
+            CASES[case][0](root)
+            roots[case] = root
+        return roots[case]
+
+    return make
 
 
 def _lerobot_raises(
@@ -75,11 +86,9 @@ def _predicted(report: DatasetCheck, outcome: str) -> list[int]:
 @pytest.mark.parametrize("deltas", [None, DELTAS], ids=["frames", "deltas"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_check_predicts_what_lerobot_raises_on(
-    case: str, deltas: dict[str, list[float]] | None, written: Path, tmp_path: Path
+    case: str, deltas: dict[str, list[float]] | None, made: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    edit, episodes = CASES[case]
-    root = variants.copy_dataset(written, tmp_path / "ds")
-    edit(root)
+    root, episodes = made(case), CASES[case][1]
     report = check_dataset(
         root, episodes=episodes, delta_timestamps=deltas, cache_dir=tmp_path / "cache"
     )
