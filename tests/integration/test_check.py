@@ -282,10 +282,11 @@ def test_a_codec_label_that_is_not_the_files_is_harmless(
         for camera in (HIGH, LEFT)
     ]
     assert all(f["field"] == f"features.{f['camera']}.info.video.codec" for _, f in found)
-    assert (
-        f"  {HIGH}: info.json says video.codec 'h264' but videos/{HIGH}/chunk-000/file-001.mp4 "
-        "holds 'av01' (the file's codec is decoded): episodes 3-5"
-    ) in run.out
+    for camera in (HIGH, LEFT):
+        assert (
+            f"  {camera}: info.json says video.codec 'h264' but the files hold 'av01' (the "
+            "file's codec is decoded): episodes 0-5"
+        ) in run.out
 
 
 @pytest.mark.parametrize("where", ROOTS)
@@ -350,7 +351,14 @@ def test_a_video_one_frame_long_is_harmless(
     assert summary(run) == {"reads": EPISODES, "raises": [], "differs": [], "odd": [5]}
     [(episode, finding)] = run.findings("frame_count")
     assert (episode, finding["camera"], finding["outcome"]) == (5, LEFT, "odd")
-    assert finding["detail"] == f"{lengths[5] + 1} frames for {lengths[5]} rows"
+    path = f"videos/{LEFT}/chunk-000/file-001.mp4"
+    assert finding["file"] == path
+    assert finding["detail"] == f"{path}: {lengths[5] + 1} frames for {lengths[5]} rows"
+    assert (
+        f"  {LEFT}: the video presents more frames than the episode has rows, from its "
+        "from_timestamp to the next episode's (or the file's end) (the extra ones are never "
+        "read): episode 5"
+    ) in run.out
 
 
 def test_row_columns_that_disagree_with_the_episodes_table(

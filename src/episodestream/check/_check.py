@@ -725,10 +725,15 @@ class _Context:
             add(
                 "frame_count",
                 "odd",
-                f"{key}: {path} presents {'more' if frames > length else 'fewer'} frames than "
-                "the episode has rows between its from_timestamp and the next episode's (or "
-                "the file's end)" + (" (the extra ones are never read)" if frames > length else ""),
-                detail=f"{frames} frames for {length} rows",
+                f"{key}: the video presents {'more' if frames > length else 'fewer'} frames "
+                "than the episode has rows, from its from_timestamp to the next episode's (or "
+                "the file's end)"
+                + (
+                    " (the extra ones are never read)"
+                    if frames > length
+                    else " (every row's time still finds one)"
+                ),
+                detail=f"{path}: {frames} frames for {length} rows",
                 file=path,
             )
         label = meta.feature(key).codec.lower()
@@ -737,8 +742,10 @@ class _Context:
             add(
                 "codec_label",
                 "odd",
-                f"{key}: info.json says video.codec {label!r} but {path} holds "
+                # one summary per camera and codec, not per file: a dataset has thousands
+                f"{key}: info.json says video.codec {label!r} but the files hold "
                 f"{video.track.codec!r} (the file's codec is decoded)",
+                detail=path,
                 file=path,
                 field=f"features.{key}.info.video.codec",
             )
