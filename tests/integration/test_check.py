@@ -389,9 +389,10 @@ def test_row_columns_that_disagree_with_the_episodes_table(
     assert (task["kind"], task["rows"], task["error"]) == (
         "task_index_out_of_range",
         [0],
-        "IndexError",
+        "DatasetFormatError",
     )
     assert task["file"] == "data/chunk-000/file-001.parquet"
+    assert engine_raising_rows(local, 4, tmp_path) == ([0], {"DatasetFormatError"})
     rows, errors = engine_raising_rows(local, 1, tmp_path)
     assert rows == list(range(lengths[1])) and errors == {"DatasetFormatError"}
 

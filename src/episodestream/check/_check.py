@@ -637,7 +637,7 @@ class _Context:
                         file=path,
                         field="task_index",
                         rows=tuple(missing.tolist()),
-                        error="IndexError",
+                        error="DatasetFormatError",
                     )
                 )
             negative = np.flatnonzero((values < 0) & (values >= -tasks))
@@ -645,13 +645,14 @@ class _Context:
                 findings.append(
                     CheckFinding(
                         kind="task_index_out_of_range",
-                        outcome="odd",
-                        summary=f"{path}: column 'task_index' is negative (LeRobot and "
-                        "episodestream both count it from the last task)",
+                        outcome="differs",
+                        summary=f"{path}: column 'task_index' is negative (LeRobot counts "
+                        "it from the last task; episodestream refuses it)",
                         detail=_rows(negative),
                         file=path,
                         field="task_index",
                         rows=tuple(negative.tolist()),
+                        error="DatasetFormatError",
                     )
                 )
 

@@ -199,8 +199,19 @@ class SampleBuilder:
             if query is not None:
                 sample[f"{key}_is_pad"] = torch.from_numpy(query.is_pad.copy())
         if "task_index" in rows:
-            sample["task"] = self._tasks[int(rows["task_index"][frame])]
+            sample["task"] = self._task(episode, frame, rows["task_index"][frame])
         return sample
+
+    def _task(self, episode: int, frame: int, task_index: Any) -> str:
+        """The task string of a row; LeRobot raises on an index past its tasks (and would
+        wrap a negative one around to the last task: a wrong value, refused here too)."""
+        index = int(task_index)
+        if not 0 <= index < len(self._tasks):
+            raise DatasetFormatError(
+                f"episode {episode} frame {frame}: task_index {index} names no task "
+                f"(meta/tasks has {len(self._tasks)})"
+            )
+        return self._tasks[index]
 
     def _tensor(self, key: str, value: Any) -> Any:
         dtype = self._dtypes.get(key)
