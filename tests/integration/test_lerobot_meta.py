@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,21 +21,10 @@ from episodestream.lerobot import (
 )
 from episodestream.manifest import build_manifest
 from episodestream.storage import ListableReader, LocalRangeReader, open_reader
+from tests.support.variants import copy_dataset, edit_info
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 CAM = "observation.images.cam_high"
-
-
-def copy_dataset(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target, copy_function=shutil.copyfile)
-    return target
-
-
-def edit_info(root: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    path = root / "meta/info.json"
-    info = json.loads(path.read_text())
-    change(info)
-    path.write_text(json.dumps(info, indent=2))
 
 
 def edit_episodes(root: Path, change: Callable[[pa.Table], pa.Table]) -> None:

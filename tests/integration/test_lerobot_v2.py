@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from tests.support.lerobot_v2 import (
     V20_SPEC,
     V21_SPEC,
 )
+from tests.support.samples import assert_samples_equal
 
 # the columns of meta/episodes in the order LeRobot 0.4's v2.1 -> v3.0 converter writes them
 CONVERTED_EPISODE_COLUMNS = [
@@ -89,22 +90,12 @@ def _copy(root: Path, target: Path) -> Path:
     return Path(shutil.copytree(root, target))
 
 
-def _assert_samples_equal(ours: Mapping[str, Any], theirs: Mapping[str, Any], where: str) -> None:
-    assert set(ours) == set(theirs), f"{where}: keys {sorted(set(ours) ^ set(theirs))}"
-    for key, value in theirs.items():
-        if isinstance(value, torch.Tensor):
-            assert ours[key].dtype == value.dtype, f"{where} {key}"
-            assert torch.equal(ours[key], value), f"{where} {key}"
-        else:
-            assert ours[key] == value, f"{where} {key}"
-
-
 def _assert_all_equal(
     dataset: EpisodeStreamDataset, twin_samples: dict[int, dict[str, Any]], where: str
 ) -> None:
     assert len(dataset) == len(twin_samples)
     for index, expected in twin_samples.items():
-        _assert_samples_equal(dataset[index], expected, f"{where} [{index}]")
+        assert_samples_equal(dataset[index], expected, f"{where} [{index}]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,7 +306,7 @@ def _checked(
 ) -> Iterator[dict[str, Any]]:
     for sample in pool:
         index = int(sample["index"])
-        _assert_samples_equal(sample, twin_samples[index], f"pool [{index}]")
+        assert_samples_equal(sample, twin_samples[index], f"pool [{index}]")
         yield sample
 
 
@@ -342,7 +333,7 @@ def test_an_episode_subset_over_the_hub(
         expected = [i for e in (1, 4) for i in range(starts[e], starts[e] + lengths[e])]
         assert len(dataset) == len(expected)
         for position, index in enumerate(expected):
-            _assert_samples_equal(dataset[position], twin_samples[index], f"hub [{index}]")
+            assert_samples_equal(dataset[position], twin_samples[index], f"hub [{index}]")
     # the rows came only from the two episodes' Parquet files
     data = {
         r.path.split("/resolve/", 1)[1]
@@ -375,7 +366,7 @@ def test_s3(
         reader_options={"storage_options": s3_server.storage_options},
     ) as dataset:
         for index in (0, 13, len(twin_samples) - 1):
-            _assert_samples_equal(dataset[index], twin_samples[index], f"s3 [{index}]")
+            assert_samples_equal(dataset[index], twin_samples[index], f"s3 [{index}]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,7 +489,7 @@ def test_a_missing_parquet_fails_at_its_episode(
     with EpisodeStreamDataset(
         root, delta_timestamps=DELTA_TIMESTAMPS, cache_dir=tmp_path / "cache"
     ) as dataset:
-        _assert_samples_equal(dataset[0], twin_samples[0], "episode 0")
+        assert_samples_equal(dataset[0], twin_samples[0], "episode 0")
         start = int(dataset.meta.dataset_meta.episodes.dataset_from_index[3])
         with pytest.raises(
             DatasetFormatError, match=r"episode_000003\.parquet: data file is missing"

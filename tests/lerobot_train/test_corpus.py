@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 from lerobot.datasets import video_utils as lerobot_video_utils
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.errors import EpisodeStreamError
 from tests.support import variants
+from tests.support.samples import assert_samples_equal
 
 REPO_ID = "local/corpus"
 TOP = "observation.images.top"
@@ -160,17 +160,6 @@ def _lerobot_samples(dataset: LeRobotDataset) -> Iterator[tuple[int, dict[str, A
             yield i, error
 
 
-def _assert_same(ours: dict[str, Any], theirs: dict[str, Any], where: str) -> None:
-    assert set(ours) == set(theirs), f"{where}: keys {set(ours) ^ set(theirs)}"
-    for key, value in theirs.items():
-        if isinstance(value, torch.Tensor):
-            assert ours[key].dtype == value.dtype, f"{where}: {key} dtype"
-            assert ours[key].shape == value.shape, f"{where}: {key} shape"
-            assert torch.equal(ours[key], value), f"{where}: {key} differs"
-        else:
-            assert ours[key] == value, f"{where}: {key} differs"
-
-
 @pytest.fixture(scope="module", params=["local", "http"])
 def over(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -202,7 +191,7 @@ def test_every_sample_is_lerobots(
                 with pytest.raises(EpisodeStreamError):
                     ours[i]
                 continue
-            _assert_same(ours[i], expected, where)
+            assert_samples_equal(ours[i], expected, where)
     # the one variant LeRobot cannot read all of: the last row of the short video
     assert raised == (1 if variant == "video a frame short" else 0), raised
 
@@ -233,11 +222,11 @@ def test_the_pool_covers_what_lerobot_reads(
             with pytest.raises(EpisodeStreamError):
                 for sample in pool:
                     seen.append(int(sample["index"]))
-                    _assert_same(sample, expected[seen[-1]], f"{variant}: pool")
+                    assert_samples_equal(sample, expected[seen[-1]], f"{variant}: pool")
             return
         for sample in pool:
             seen.append(int(sample["index"]))
-            _assert_same(sample, expected[seen[-1]], f"{variant}: pool sample {seen[-1]}")
+            assert_samples_equal(sample, expected[seen[-1]], f"{variant}: pool sample {seen[-1]}")
     assert sorted(seen) == sorted(expected)
 
 

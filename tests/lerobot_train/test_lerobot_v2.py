@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from lerobot.configs.train import TrainPipelineConfig
 from lerobot.datasets import factory as lerobot_factory
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -42,6 +41,7 @@ from tests.lerobot_train.test_lerobot_train import (
     _train,
 )
 from tests.support.lerobot_v2 import DELTA_TIMESTAMPS, V21_SPEC
+from tests.support.samples import assert_samples_equal
 
 # what the conversion may change in info.json: the path templates (ours keep the published
 # ones, which name the files that exist)
@@ -89,16 +89,6 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _assert_samples_equal(ours: dict[str, Any], theirs: dict[str, Any], where: str) -> None:
-    assert set(ours) == set(theirs), f"{where}: keys {sorted(set(ours) ^ set(theirs))}"
-    for key, value in theirs.items():
-        if isinstance(value, torch.Tensor):
-            assert ours[key].dtype == value.dtype, f"{where} {key}"
-            assert torch.equal(ours[key], value), f"{where} {key}"
-        else:
-            assert ours[key] == value, f"{where} {key}"
-
-
 @pytest.mark.parametrize("where", ["local", "http"])
 def test_samples_and_metadata_equal_lerobot_on_its_conversion(
     where: str,
@@ -129,7 +119,7 @@ def test_samples_and_metadata_equal_lerobot_on_its_conversion(
         # every sample, delta timestamps padded at both edges of every episode
         assert len(ours) == len(theirs)
         for index in range(len(theirs)):
-            _assert_samples_equal(ours[index], theirs[index], f"{where} [{index}]")
+            assert_samples_equal(ours[index], theirs[index], f"{where} [{index}]")
 
     # an episode subset: LeRobot's positions over the chosen episodes, ours the same
     theirs = LeRobotDataset(REPO_ID, root=converted_root, episodes=[1, 4], **common)
@@ -138,7 +128,7 @@ def test_samples_and_metadata_equal_lerobot_on_its_conversion(
     ) as ours:
         assert len(ours) == len(theirs)
         for index in range(len(theirs)):
-            _assert_samples_equal(ours[index], theirs[index], f"{where} subset [{index}]")
+            assert_samples_equal(ours[index], theirs[index], f"{where} subset [{index}]")
 
 
 def test_lerobot_train_on_the_v21_source_equals_training_on_its_conversion(
@@ -183,7 +173,7 @@ def test_lerobot_train_on_the_v21_source_equals_training_on_its_conversion(
     for step, batch in enumerate(pool.batches):
         for row, index in enumerate(batch["index"].tolist()):
             sample = {k: v[row] for k, v in batch.items()}
-            _assert_samples_equal(sample, reference_dataset[index], f"pool {step} @ {index}")
+            assert_samples_equal(sample, reference_dataset[index], f"pool {step} @ {index}")
             drawn.append(index)
     assert len(drawn) == len(set(drawn)) == 4 * BATCH_SIZE
     assert len(pool.losses) == 4 and all(np.isfinite(pool.losses))
