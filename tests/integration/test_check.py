@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from episodestream import EpisodeStreamDataset, EpisodeStreamError, check_dataset
+from episodestream import EpisodeStreamDataset, EpisodeStreamError, ManifestError, check_dataset
 from episodestream.cli import main
 from episodestream.lerobot import load_dataset_meta
 from episodestream.storage import LocalRangeReader
@@ -222,9 +222,13 @@ def test_a_missing_video_file_raises_for_its_episodes_only(
     [finding] = run.episode(0)["findings"]
     assert finding["kind"] == "video_file_missing" and finding["camera"] == LEFT
     assert finding["file"] == path and finding["whole_episode"] is True
-    assert finding["error"] == "NotFound"
+    assert finding["error"] == "ManifestError"
     assert run.episode(0)["raising_rows"] == list(range(run.episode(0)["length"]))
-    assert f"  episode 0: {LEFT}: {path} is missing [NotFound at every sample]" in run.out
+    line = f"  episode 0: {LEFT}: {path} is missing [ManifestError at open, with this episode"
+    assert line in run.out
+    # and so it does: the open of a dataset with episode 0 refuses, naming the file
+    with pytest.raises(ManifestError, match=path):
+        EpisodeStreamDataset(root, episodes=[0], cache_dir=tmp_path / "engine-cache")
     # the index of episodes 0 and 4 did not open: each of their video files was read alone
     assert run.report["index"] == "files"
     [note] = run.report["notes"]

@@ -678,13 +678,15 @@ class _Context:
         error = self.index.file_errors.get(path) or self.index.episode_errors.get(episode)
         if error is not None:
             missing = isinstance(error, NotFound) or isinstance(error.__cause__, NotFound)
+            # the index of a dataset opened with this episode cannot be built: the open
+            # raises (LeRobot's open fails too: it looks for the file to download it)
             add(
                 "video_file_missing" if missing else "video_unreadable",
                 "raises",
                 f"{key}: {path} is missing" if missing else f"{key}: {error}",
                 file=path,
                 whole_episode=True,
-                error=type(error).__name__,
+                error="ManifestError",
             )
             return
         video = self._files[path]

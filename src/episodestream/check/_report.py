@@ -274,14 +274,20 @@ def _size(num_bytes: int) -> str:
     return f"{num_bytes} B"
 
 
+# findings that stop a dataset opened with their episode from opening: its index cannot be
+# built (ManifestError), not a sample that raises later
+_RAISED_AT_OPEN = frozenset({"video_file_missing", "video_unreadable"})
+
+
 def _finding_line(finding: CheckFinding) -> str:
     text = finding.summary + (f": {finding.detail}" if finding.detail else "")
     if finding.error is not None:
-        at = (
-            "every sample"
-            if finding.whole_episode
-            else f"{'sample' if len(finding.rows) == 1 else 'samples'} {ranges(finding.rows)}"
-        )
+        if finding.kind in _RAISED_AT_OPEN:
+            at = "open, with this episode asked for"
+        elif finding.whole_episode:
+            at = "every sample"
+        else:
+            at = f"{'sample' if len(finding.rows) == 1 else 'samples'} {ranges(finding.rows)}"
         text += f" [{finding.error} at {at}]"
     return text
 
