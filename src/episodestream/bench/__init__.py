@@ -1,4 +1,4 @@
-"""bench layer (see DESIGN.md): the ``bench`` / ``bench-summary`` / ``demo`` commands' library.
+"""bench layer (docs/ARCHITECTURE.md): the ``bench`` / ``bench-summary`` / ``demo`` library.
 
 - :func:`run_bench` runs STREAM / LOCAL / NAIVE / DOWNLOAD on one seeded sample sequence and
   returns a :class:`BenchReport`; :func:`format_report` prints it as Markdown,

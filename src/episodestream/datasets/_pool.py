@@ -197,7 +197,7 @@ def _close_parked(parked: list[_PassThreads]) -> None:
 
 class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDataset):
     """Iterable dataset drawing every selected frame exactly once per epoch from a pool of
-    resident episodes (see DESIGN.md, "Exact-coverage pool").
+    resident episodes (see docs/ARCHITECTURE.md, "A sample's way through").
 
     Episodes are split between ranks (``torch.distributed`` or ``RANK``/``WORLD_SIZE``) and
     then DataLoader workers, balanced by frames; ``byte_budget`` is per rank and is split
@@ -217,7 +217,7 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
     error) stops them. ``close()`` joins them all, as does dropping the dataset or leaving the
     interpreter.
 
-    ``unit="window"`` (DESIGN.md, "Decode once (window pool)") makes the resident unit a window
+    ``unit="window"`` (README, "Decoding each frame once") makes the resident unit a window
     of ``window_frames`` consecutive frames of one episode (all cameras), decoded once, in
     order, into uint8 frames held under ``decoded_budget`` (per rank, split between workers
     like ``byte_budget``), and drawn from memory: about one decoded frame per sample instead of

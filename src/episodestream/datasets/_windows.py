@@ -1,5 +1,5 @@
 """The window pool's run time: windows decoded once, in order, under a decoded-byte budget,
-and samples served from them (DESIGN.md, "Decode once (window pool)").
+and samples served from them (docs/ARCHITECTURE.md; README, "Decoding each frame once").
 
 The order comes from :class:`episodestream.sampling.WindowSchedule` (pure). Here:
 

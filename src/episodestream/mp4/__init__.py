@@ -1,4 +1,4 @@
-"""mp4 layer: pure ISO-BMFF parsing, span planning and clip writing (see DESIGN.md).
+"""mp4 layer: pure ISO-BMFF parsing, span planning and clip writing (see docs/ARCHITECTURE.md).
 
 Bytes in, frozen records out; no I/O except the ``clip_file`` convenience.
 """

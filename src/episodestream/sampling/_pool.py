@@ -1,6 +1,6 @@
 """The exact-coverage episode pool order for one slot, as a pure, resumable schedule.
 
-Rule (DESIGN.md): episodes enter a pool of ``pool_size`` in a seeded permutation; each resident
+Rule: episodes enter a pool of ``pool_size`` in a seeded permutation; each resident
 episode yields its frames in a seeded permutation; each draw picks a resident episode with
 probability proportional to its remaining frames and takes its next frame; an exhausted episode
 leaves and the next one enters. Every frame is drawn exactly once per epoch.

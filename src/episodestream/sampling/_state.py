@@ -10,8 +10,8 @@ One format, two kinds:
   ``StatefulDataLoader`` collects it from each DataLoader worker and as a bare
   :class:`PoolSchedule` reports it.
 
-Both carry the identity of the order (everything it is a pure function of, DESIGN.md
-"Resume"), so resuming under another configuration is refused, naming the field.
+Both carry the identity of the order (everything it is a pure function of), so resuming
+under another configuration is refused, naming the field.
 """
 
 from __future__ import annotations
