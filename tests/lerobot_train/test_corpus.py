@@ -98,6 +98,15 @@ def _reencoded(encoder: str) -> Callable[[Path], None]:
     return edit
 
 
+def _rows_past_the_frames(root: Path) -> None:
+    # the last episode's video one frame longer, and its last row timed at that extra frame:
+    # LeRobot decodes it there (anywhere in the file); our span runs to the file's end
+    for camera in (TOP, WRIST):
+        variants.repeat_last_video_frame(_last_file(root, camera))
+    last = len(LENGTHS) - 1
+    variants.shift_timestamp(root, last, LENGTHS[last] - 1, 1 / 30)
+
+
 def _moov_at_end(root: Path) -> None:
     for path in variants.video_files(root):
         variants.remux_moov(path, faststart=False)
@@ -116,6 +125,7 @@ VARIANTS: dict[str, tuple[Callable[[Path], None], list[int] | None]] = {
         None,
     ),
     "codec label disagrees": (lambda root: variants.relabel_codec(root, "h264"), None),
+    "last row timed past its episode's frames": (_rows_past_the_frames, None),
     "moov at the end": (_moov_at_end, None),
     "MPEG-4 Part 2 labelled AV1": (_reencoded("mpeg4"), None),
     "VP9 labelled AV1": (_reencoded("libvpx-vp9"), None),

@@ -47,6 +47,7 @@ from episodestream.lerobot import (
     DatasetMeta,
     EpisodeRowReader,
     VideoColumns,
+    next_episode_starts,
     open_arrow_file,
     open_dataset_files,
     open_metadata_reader,
@@ -210,7 +211,9 @@ def check_dataset(
             tolerance_s=tolerance_s,
             positions={int(e): i for i, e in enumerate(ids.tolist())},
             conventions=_to_timestamp_conventions(meta, ids),
-            next_starts={key: _next_starts(meta.episodes.video(key)) for key in meta.video_keys},
+            next_starts={
+                key: next_episode_starts(meta.episodes.video(key)) for key in meta.video_keys
+            },
         )
         with ThreadPoolExecutor(
             max_workers=max(1, min(workers, len(ids))), thread_name_prefix="es-check"
@@ -347,18 +350,6 @@ def _probe_video(reader: RangeReader, path: str) -> TrackIndex | EpisodeStreamEr
 
 # --------------------------------------------------------------------------------------------
 # per-camera facts computed once
-
-
-def _next_starts(video: VideoColumns) -> np.ndarray:
-    """For every episode (table row), the ``from_timestamp`` of the next episode in the same
-    file (+inf for the file's last): where its frames end."""
-    order = np.lexsort((video.from_timestamp, video.file_index, video.chunk_index))
-    same_file = (np.diff(video.chunk_index[order]) == 0) & (np.diff(video.file_index[order]) == 0)
-    following = np.full(len(order), np.inf)
-    following[:-1] = np.where(same_file, video.from_timestamp[order][1:], np.inf)
-    result = np.empty_like(following)
-    result[order] = following
-    return result
 
 
 def _to_timestamp_conventions(meta: DatasetMeta, ids: np.ndarray) -> dict[str, list[str]]:
@@ -732,7 +723,7 @@ class _Context:
                 "than the episode has rows, from its from_timestamp to the next episode's (or "
                 "the file's end)"
                 + (
-                    " (the extra ones are never read)"
+                    " (harmless: only a row timed there reads one, in LeRobot and here alike)"
                     if frames > length
                     else " (every row's time still finds one)"
                 ),

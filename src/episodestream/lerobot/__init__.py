@@ -13,6 +13,7 @@ from episodestream.lerobot._meta import (
     EpisodeTable,
     VideoColumns,
     load_dataset_meta,
+    next_episode_starts,
     to_timestamp_convention,
 )
 from episodestream.lerobot._open import open_dataset_files, open_metadata_reader
@@ -32,6 +33,7 @@ __all__ = [
     "LeRobotMetadata",
     "VideoColumns",
     "load_dataset_meta",
+    "next_episode_starts",
     "open_arrow_file",
     "open_dataset_files",
     "open_metadata_reader",

@@ -28,6 +28,7 @@ __all__ = [
     "EpisodeTable",
     "VideoColumns",
     "load_dataset_meta",
+    "next_episode_starts",
     "to_timestamp_convention",
 ]
 
@@ -543,6 +544,20 @@ def _validate_episodes(
                 int(ep[order[i + 1]]),
                 prefix,
             )
+
+
+def next_episode_starts(video: VideoColumns) -> np.ndarray:
+    """For every episode (table row), the ``from_timestamp`` of the next episode in the same
+    file of this camera (+inf for the file's last): the frames up to there are the ones its
+    rows can reach (LeRobot decodes at ``from_timestamp`` + each row's timestamp, anywhere in
+    the file)."""
+    order = np.lexsort((video.from_timestamp, video.file_index, video.chunk_index))
+    same_file = (np.diff(video.chunk_index[order]) == 0) & (np.diff(video.file_index[order]) == 0)
+    following = np.full(len(order), np.inf)
+    following[:-1] = np.where(same_file, video.from_timestamp[order][1:], np.inf)
+    result = np.empty_like(following)
+    result[order] = following
+    return result
 
 
 def to_timestamp_convention(

@@ -22,7 +22,7 @@ from episodestream.errors import (
     NotFound,
     UnsupportedMp4Error,
 )
-from episodestream.lerobot import DatasetMeta
+from episodestream.lerobot import DatasetMeta, next_episode_starts
 from episodestream.manifest._entries import FileEntryStore, IndexedFile
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
@@ -54,10 +54,8 @@ _MOOV_BYTES_PER_FRAME = 24
 _MOOV_FIXED_BYTES = 16 << 10
 _MIN_FIRST_PROBE = 16 << 10
 _MAX_FIRST_PROBE = 16 << 20
-# the span of an episode is [from_timestamp, from_timestamp + (length - half a frame) / fps]:
-# the frames played at from_timestamp + k / fps for every row k (LeRobot's queries), not the
-# next frame; from its length, not to_timestamp (writers store either the end or the last
-# frame there), unless to_timestamp reaches further (see _span_ends)
+# the span of an episode ends half a frame before the next episode's start in its file (see
+# _span_ends): every frame its rows can reach, not the next episode's first
 _SPAN_END_FRAMES = 0.5
 # episode-cameras whose frame count differs from their rows, logged one by one up to this
 _MISMATCHES_LOGGED = 5
@@ -293,6 +291,7 @@ def _file_jobs(
         chunk_index = columns.chunk_index[selected]
         file_index = columns.file_index[selected]
         from_timestamp = columns.from_timestamp[selected]
+        next_start = next_episode_starts(columns)[selected]
         pairs = np.stack([chunk_index, file_index], axis=1)
         unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -309,29 +308,24 @@ def _file_jobs(
                     episodes=episode_index[rows],
                     lengths=length[rows],
                     t0=from_timestamp[rows],
-                    t1=_span_ends(
-                        from_timestamp[rows],
-                        columns.to_timestamp[selected][rows],
-                        length[rows],
-                        meta.fps,
-                    ),
+                    t1=_span_ends(from_timestamp[rows], next_start[rows], length[rows], meta.fps),
                 )
             )
     return jobs, file_ids
 
 
 def _span_ends(
-    from_timestamp: np.ndarray, to_timestamp: np.ndarray, length: np.ndarray, fps: float
+    from_timestamp: np.ndarray, next_start: np.ndarray, length: np.ndarray, fps: float
 ) -> np.ndarray:
-    """Where each episode's span ends in its file: half a frame before ``from + length /
-    fps``, or before ``to_timestamp`` where that is later. LeRobot finds frames at
-    ``from_timestamp`` + each row's timestamp, whatever ``fps`` says: when the rows' times
-    run past ``length / fps`` (an ``fps`` that is not the video's), ``to_timestamp``, which
-    writers take from the video, still covers them. NaN or earlier ``to_timestamp``s are
-    ignored."""
+    """Where each episode's span ends in its file: half a frame before the next episode's
+    ``from_timestamp`` in that file (the file's end for its last episode), and never before
+    ``from + length / fps`` less half a frame. LeRobot decodes at ``from_timestamp`` + each
+    row's timestamp, wherever in the file that lands, so a span holds every frame up to the
+    next episode: rows timed past ``length / fps`` (an ``fps`` that is not the video's, extra
+    frames, a late last row) read what LeRobot reads. ``to_timestamp`` is not used (writers
+    store the episode's end or its last frame there, some nothing sensible)."""
     half_frame = _SPAN_END_FRAMES / fps
-    by_length = from_timestamp + length / fps - half_frame
-    return np.fmax(by_length, to_timestamp - half_frame)
+    return np.fmax(from_timestamp + length / fps - half_frame, next_start - half_frame)
 
 
 def _index_files(
