@@ -21,7 +21,7 @@ from episodestream.lerobot import (
 )
 from episodestream.manifest import build_manifest
 from episodestream.storage import ListableReader, LocalRangeReader, open_reader
-from tests.support.variants import copy_dataset, edit_info
+from tests.support.variants import add_unused_task, copy_dataset, edit_info, swap_task_rows
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 CAM = "observation.images.cam_high"
@@ -296,6 +296,8 @@ TOLERATED_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("rows", lambda root: edit_episodes(root, lambda t: t.slice(0, 4)), "4 episode rows"),
     ("frames", lambda root: edit_info(root, lambda i: i.update(total_frames=245)), "total_frames"),
     ("tasks", lambda root: edit_info(root, lambda i: i.update(total_tasks=4)), "total_tasks"),
+    ("task gap", add_unused_task, "by row position"),
+    ("tasks swapped", swap_task_rows, "by row position"),
     (
         "names",
         lambda root: edit_info(
@@ -346,6 +348,9 @@ def test_what_lerobot_does_not_check_is_read_with_a_warning(
     else:
         assert warned == []
     original = load(lerobot_fixture_root)
+    if case.startswith("task"):  # read by row position, as LeRobot's tasks.iloc[task_index]
+        texts = pq.read_table(root / "meta/tasks.parquet").column("__index_level_0__")
+        assert list(meta.tasks) == texts.to_pylist()
     rows = len(meta.episodes)
     assert np.array_equal(meta.episodes.length, original.episodes.length[:rows])
 

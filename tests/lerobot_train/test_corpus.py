@@ -133,6 +133,8 @@ VARIANTS: dict[str, tuple[Callable[[Path], None], list[int] | None]] = {
     "names nested, dict, null": (variants.nest_names, None),
     "unknown fields": (variants.add_unknown_fields, None),
     "stats absent": (lambda root: (root / "meta/stats.json").unlink(), None),
+    "tasks rows swapped": (variants.swap_task_rows, None),
+    "an unused task past a gap": (variants.add_unused_task, None),
     "unused episode's file absent": (
         lambda root: variants.remove_video_file(root, _episode_files(root, TOP)[3]),
         [0, 1],

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 __all__ = [
     "add_unknown_fields",
+    "add_unused_task",
     "copy_dataset",
     "drop_last_video_frame",
     "edit_episodes",
@@ -38,6 +39,7 @@ __all__ = [
     "set_data_value",
     "set_to_timestamp_last_frame",
     "shift_timestamp",
+    "swap_task_rows",
     "video_files",
 ]
 
@@ -252,6 +254,31 @@ def add_unknown_fields(root: Path) -> None:
         root,
         lambda table: table.append_column("x_operator", pa.array(["a"] * table.num_rows)),
     )
+
+
+def swap_task_rows(root: Path) -> None:
+    """``meta/tasks.parquet`` with its first two rows swapped, ``task_index`` moved with them
+    (LeRobot looks a task up by row position, ``tasks.iloc[task_index]``)."""
+    path = root / "meta/tasks.parquet"
+    table = pq.read_table(path)
+    order = [1, 0, *range(2, table.num_rows)]
+    pq.write_table(table.take(pa.array(order)), path)
+
+
+def add_unused_task(root: Path, task_index: int = 7) -> None:
+    """One more row in ``meta/tasks.parquet``, a task no frame uses, at a ``task_index``
+    past a gap."""
+    path = root / "meta/tasks.parquet"
+    table = pq.read_table(path)
+    extra = {
+        name: pa.array(
+            [task_index if name == "task_index" else "an unused task"],
+            type=table.schema.field(name).type,
+        )
+        for name in table.column_names
+    }
+    merged = pa.concat_tables([table, pa.table(extra, schema=table.schema)])
+    pq.write_table(merged, path)
 
 
 def remove_video_file(root: Path, relative: str) -> None:

@@ -605,9 +605,14 @@ def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:
     texts = table.column(text_column).to_pylist()
     if not all(isinstance(t, str) for t in texts):
         raise DatasetFormatError(f"{TASKS_PATH}: column {text_column!r} must hold strings")
-    if sorted(indices.tolist()) != list(range(len(indices))):
-        raise DatasetFormatError(
-            f"{TASKS_PATH}: column 'task_index' must hold 0..{len(indices) - 1} once each"
+    if not np.array_equal(indices, np.arange(len(indices))):
+        # LeRobot looks a sample's task up by row position (tasks.iloc[task_index]), not by
+        # this column: so do we, for the same task strings
+        logger.warning(
+            "%s: column 'task_index' is not 0..%d in row order; tasks are read by row "
+            "position, as LeRobot reads them",
+            TASKS_PATH,
+            len(indices) - 1,
         )
     if len(indices) != total_tasks:
         logger.warning(
@@ -617,10 +622,7 @@ def _tasks(table: pa.Table | None, total_tasks: int) -> tuple[str, ...]:
             INFO_PATH,
             total_tasks,
         )
-    ordered = [""] * len(indices)
-    for index, text in zip(indices.tolist(), texts, strict=True):
-        ordered[index] = text
-    return tuple(ordered)
+    return tuple(texts)
 
 
 def is_v2_version(version: object) -> bool:
