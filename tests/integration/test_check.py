@@ -436,6 +436,10 @@ def test_usage_and_dataset_errors_exit_2(
     assert main(["check", root, "--cache-dir", str(tmp_path), "--delta-timestamps", deltas]) == 2
     assert "not a multiple of 1/30 s" in capsys.readouterr().err
     assert main(["check", str(tmp_path / "nothing"), "--cache-dir", str(tmp_path)]) == 2
+    # a --json path that cannot be written: refused before the check, not a traceback after
+    unwritable = str(tmp_path / "no-such-folder" / "report.json")
+    assert main(["check", root, "--cache-dir", str(tmp_path), "--json", unwritable]) == 2
+    assert "no-such-folder does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         main(["check", root, "--delta-timestamps", "[0.1]"])
     assert exited.value.code == 2

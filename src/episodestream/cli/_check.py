@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ def _delta_timestamps(text: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.json_path == "":
         raise ConfigError("--json needs a path, or '-' for stdout")
+    if args.json_path not in (None, "-"):
+        _check_writable(Path(args.json_path))  # before the check, not after its requests
     check = check_dataset(
         args.root,
         episodes=args.episodes,
@@ -106,8 +109,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report)
         if args.json_path is not None:
-            Path(args.json_path).write_text(json.dumps(check.to_json(), indent=2) + "\n")
+            try:
+                Path(args.json_path).write_text(json.dumps(check.to_json(), indent=2) + "\n")
+            except OSError as error:
+                raise ConfigError(f"--json {args.json_path}: cannot write: {error}") from error
     return EXIT_READS if check.ok else EXIT_SOME_DO_NOT_READ
+
+
+def _check_writable(path: Path) -> None:
+    """ConfigError unless ``path`` can be written: a file (or nothing yet) in a writable
+    folder."""
+    folder = path.parent
+    if path.is_dir():
+        raise ConfigError(f"--json {path}: is a folder")
+    if not folder.is_dir():
+        raise ConfigError(f"--json {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--json {path}: not writable")
 
 
 def _verdict(check: DatasetCheck) -> str:
