@@ -412,3 +412,21 @@ def test_a_small_published_sidecar_serves_a_subset(
         assert manifest.origin == "published"
         assert manifest.sidecar_path == sidecar_cache_path(meta, cache)  # now the whole one
         assert np.array_equal(manifest.episode_index, np.arange(12))
+
+
+def test_superseded_entry_folders_are_pruned_beyond_the_newest_few(tmp_path: Path) -> None:
+    # a metadata change makes a new folder; processes still on the older metadata (a worker
+    # unpickling its manifest) keep finding theirs among the newest kept
+    import os
+
+    from episodestream.manifest._entries import _SUPERSEDED_KEPT, FileEntryStore
+
+    folders = [tmp_path / f"files-{k:016x}" for k in range(_SUPERSEDED_KEPT + 3)]
+    for age, folder in enumerate(folders):
+        FileEntryStore(folder, None, lock_timeout_s=0.0).prepare()  # type: ignore[arg-type]
+        (folder / "entry.arrow").write_bytes(b"x")
+        os.utime(folder, (1000 + age, 1000 + age))
+    newest = tmp_path / "files-ffffffffffffffff"
+    FileEntryStore(newest, None, lock_timeout_s=0.0).prepare()  # type: ignore[arg-type]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([newest.name, *(f.name for f in folders[-_SUPERSEDED_KEPT:])])

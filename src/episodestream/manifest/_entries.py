@@ -83,6 +83,8 @@ logger = logging.getLogger(__name__)
 FILE_ENTRY_VERSION = 1
 _METADATA_KEY = b"episodestream.file_entry"
 _FOLDER_PREFIX = "files-"
+# folders of superseded info.json digests kept beside the current one (most recent first)
+_SUPERSEDED_KEPT = 3
 _MAX_HEADER_BYTES = 64 << 10
 
 
@@ -194,6 +196,13 @@ def _path_digest(path: str) -> str:
     return hashlib.sha256(path.encode()).hexdigest()[:32]
 
 
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 class FileEntryStore:
     """The per-file entries of one dataset in the local cache (see the module docstring).
 
@@ -230,7 +239,9 @@ class FileEntryStore:
 
     def prepare(self) -> None:
         """Create the folder; when it is new, remove the folders of other ``info.json``
-        digests beside it (superseded: one entry folder per root and revision).
+        digests beside it beyond the most recently used few (superseded by a metadata
+        change; the newest are kept so that a process still reading the dataset as it was,
+        a DataLoader worker unpickling its manifest, finds its entries).
 
         Raises:
             OSError: the cache cannot be written.
@@ -238,10 +249,15 @@ class FileEntryStore:
         if self.folder.is_dir():
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        for other in self.folder.parent.glob(f"{_FOLDER_PREFIX}*"):
-            if other != self.folder and other.is_dir():
-                logger.info("removing superseded per-file index %s", other)
-                shutil.rmtree(other, ignore_errors=True)
+        others = [
+            other
+            for other in self.folder.parent.glob(f"{_FOLDER_PREFIX}*")
+            if other != self.folder and other.is_dir()
+        ]
+        others.sort(key=_modified, reverse=True)
+        for other in others[_SUPERSEDED_KEPT:]:
+            logger.info("removing superseded per-file index %s", other)
+            shutil.rmtree(other, ignore_errors=True)
 
     def load(self, path: str) -> IndexedFile | None:
         """The checked entry of ``path``; None when there is none or it is refused (logged:
