@@ -12,6 +12,7 @@ import torch
 from episodestream import EpisodeStreamDataset
 from episodestream.bench import BenchConfig, format_report, run_bench
 from episodestream.decode import TorchcodecDecoder, open_decoder, to_float
+from episodestream.decode._torchcodec import _warn_cpu_fallback_once
 
 pytestmark = [pytest.mark.needs_cuda, pytest.mark.timeout(600)]
 
@@ -52,12 +53,12 @@ def test_cuda_samples_equal_the_cpu_path(
 
 
 def test_bench_decodes_on_cuda_and_compares_with_the_cpu(
-    synthetic_h264_nvdec: Path, datasets_cache_dir: Path
+    synthetic_hevc_nvdec: Path, datasets_cache_dir: Path
 ) -> None:
     samples = 60
     report = run_bench(
         BenchConfig(
-            root=str(synthetic_h264_nvdec),
+            root=str(synthetic_hevc_nvdec),
             tracks=("stream", "local", "floor"),
             samples=samples,
             keepup_samples=0,
@@ -112,3 +113,31 @@ def test_a_frame_below_nvdecs_minimum_falls_back_visibly(synthetic_hevc: Path) -
         diff = (frames.cpu().int() - cpu.frames_at(times).int()).abs()
         assert diff.float().mean() <= MAX_MEAN_ABS_LEVELS
         assert diff.max() <= MAX_ABS_LEVELS
+
+
+def test_an_h264_clip_nvdec_cannot_start_is_decoded_on_the_cpu_visibly(
+    synthetic_h264_nvdec: Path, datasets_cache_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # x264's open GOPs: clips that start at an I frame that is no IDR came back empty from
+    # NVDEC on a lent H200; the decoder reopens them on the CPU and says so (once a reason
+    # per process: an earlier test may have said it already)
+    _warn_cpu_fallback_once.cache_clear()
+    with (
+        EpisodeStreamDataset(
+            synthetic_h264_nvdec, image_dtype="uint8", cache_dir=datasets_cache_dir
+        ) as cpu,
+        EpisodeStreamDataset(
+            synthetic_h264_nvdec,
+            image_dtype="uint8",
+            decoder="torchcodec",
+            device="cuda",
+            cache_dir=datasets_cache_dir,
+        ) as gpu,
+    ):
+        for index in range(len(cpu)):
+            ours, theirs = gpu[index], cpu[index]
+            for key in (k for k in theirs if k.startswith(IMAGE_PREFIX)):
+                assert ours[key].device.type == "cuda", key
+                diff = (ours[key].cpu().int() - theirs[key].int()).abs()
+                assert diff.float().mean() <= MAX_MEAN_ABS_LEVELS, (index, key)
+    assert any("NVDEC could not decode" in record.getMessage() for record in caplog.records)

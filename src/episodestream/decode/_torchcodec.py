@@ -149,6 +149,9 @@ class TorchcodecDecoder(ClipDecoderBase):
         self._frames_device = self._device
         self._seek_mode = seek_mode
         self._switched = False  # reopened once in the other seek mode (see _fetch)
+        # why this clip is decoded on the CPU although a GPU was asked for, when NVDEC could
+        # not decode it (see _decode_on_the_cpu_instead)
+        self._nvdec_failure: str | None = None
         if frame_times_s is not None:
             self._times = validate_frame_times(frame_times_s, self._name)
         else:
@@ -180,10 +183,11 @@ class TorchcodecDecoder(ClipDecoderBase):
     def _open_video_decoder(self, seek_mode: SeekMode) -> Any:
         from torchcodec.decoders import VideoDecoder
 
+        device = "cpu" if self._nvdec_failure is not None else str(self._device)
         try:
             decoder = VideoDecoder(
                 self._source,
-                device=str(self._device),
+                device=device,
                 num_ffmpeg_threads=self._threads,
                 seek_mode=seek_mode,
                 dimension_order="NCHW",
@@ -213,13 +217,16 @@ class TorchcodecDecoder(ClipDecoderBase):
         words; the frames then reach the GPU as copies), or None: decoding on the GPU, on the
         CPU as asked, or not known yet (torchcodec's FFmpeg CUDA backend knows after the first
         frame). Asked of the decoder: by the thread using it."""
+        if self._nvdec_failure is not None:
+            return self._nvdec_failure
         if self._device.type == "cpu" or self._decoder is None:
             return None
         status = getattr(self._decoder, "cpu_fallback", None)  # absent from older torchcodecs
         return str(status) if status else None
 
     def _fetch_frames(self, unique: np.ndarray) -> torch.Tensor:
-        return self._fetch(unique).data
+        data = self._fetch(unique).data
+        return data if self._nvdec_failure is None else data.to(self._device)
 
     def _fetch(self, unique: np.ndarray) -> Any:
         """The frames at presentation indices ``unique`` (ascending), each checked to carry
@@ -261,10 +268,27 @@ class TorchcodecDecoder(ClipDecoderBase):
                 _LOG.debug("%s: %s; decoded frames %d..%d instead", self._name, reason, start, last)
                 picked = torch.from_numpy(unique - start).to(batch.data.device)
                 return _Frames(batch.data[picked])
+        if self._device.type == "cuda" and self._nvdec_failure is None:
+            return self._decode_on_the_cpu_instead(unique, reason)
         raise DecodeError(
             f"{self._name}: torchcodec could not decode the frames at "
             f"{self._times[unique[:5]].round(6).tolist()} s: {reason}"
         ) from error
+
+    def _decode_on_the_cpu_instead(self, unique: np.ndarray, reason: str) -> Any:
+        """NVDEC returned no frame where FFmpeg's own decoder does (seen on a lent H200:
+        H.264 clips that start at an open-GOP I frame, no IDR): reopen the clip on the CPU,
+        say so once (``cpu_fallback``), and hand the frames to the GPU as copies."""
+        self._nvdec_failure = (
+            f"NVDEC could not decode this clip ({reason}); torchcodec decodes it on the CPU"
+        )
+        _warn_cpu_fallback_once(self._nvdec_failure)
+        self._switched = False
+        try:
+            self._decoder = self._open_video_decoder(self._seek_mode)
+        except DecodeError as exc:
+            raise DecodeError(f"{self._name}: {reason}; on the CPU: {exc}") from exc
+        return self._fetch(unique)
 
     def _ask(self, unique: np.ndarray) -> tuple[Any, str, BaseException | None]:
         """(batch, "", None) when torchcodec returned the right frames, else
