@@ -360,8 +360,8 @@ def test_a_video_one_frame_long_is_harmless(
     assert finding["detail"] == f"{path}: {lengths[5] + 1} frames for {lengths[5]} rows"
     assert (
         f"  {LEFT}: the video presents more frames than the episode has rows, from its "
-        "from_timestamp to the next episode's (or the file's end) (the extra ones are never "
-        "read): episode 5"
+        "from_timestamp to the next episode's (or the file's end) (harmless: only a row timed "
+        "there reads one, in LeRobot and here alike): episode 5"
     ) in run.out
 
 

@@ -1,4 +1,14 @@
-"""Clip jobs planned from the episode manifest: one range read and one clip per camera."""
+"""Clip jobs planned from the episode manifest: one range read and one clip per camera.
+
+A manifest from a sidecar or the per-file index is untrusted: before a clip is cut, its
+file's sample table passes the per-sample checks (once per file), its span is planned
+again from that table and the episodes table (``manifest.check_span``), and the fetched
+bytes must be framed as the table's samples (``mp4.check_sample_framing``). A manifest
+that fails is refused (``EpisodeManifest.refuse``: the next open indexes again). A span
+that differs from its re-planned self is replaced by it (the build's span from the same
+checked table); a table that fails, or bytes that are not its samples, raise
+:class:`ManifestError` at that sample: the wrong bytes are never decoded.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +19,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from episodestream.cache._source import ClipJob
-from episodestream.errors import FrameNotFoundError
-from episodestream.manifest import EpisodeManifest
-from episodestream.mp4 import TrackIndex, clip_frame_times, clip_size, write_clip
+from episodestream.errors import FrameNotFoundError, ManifestError, Mp4FormatError
+from episodestream.manifest import (
+    EpisodeManifest,
+    EpisodeSpan,
+    check_file_track,
+    check_span,
+    replan_span,
+)
+from episodestream.mp4 import (
+    SpanPlan,
+    TrackIndex,
+    check_sample_framing,
+    clip_frame_times,
+    clip_size,
+    write_clip,
+)
 from episodestream.storage import RangeReader
 
 __all__ = ["ManifestClipSource"]
@@ -52,14 +75,52 @@ class ManifestClipSource:
     def cameras(self) -> tuple[str, ...]:
         return self._cameras
 
+    @property
+    def _trusted(self) -> bool:
+        """Planned in this process from every file's moov, read just now (a build that
+        took nothing from the per-file index)."""
+        manifest = self._manifest
+        stats = manifest.build_stats
+        return manifest.origin == "built" and stats is not None and stats.reused_files == 0
+
+    def _where(self) -> str:
+        manifest = self._manifest
+        if manifest.sidecar_path is not None:
+            return f"{manifest.sidecar_path} ({manifest.origin} index)"
+        return f"the {manifest.origin} index"
+
     def _track(self, file_id: int) -> TrackIndex:
         with self._lock:
             track = self._tracks.get(file_id)
         if track is None:
-            track = self._manifest.track(file_id)
+            if self._trusted:
+                track = self._manifest.track(file_id)
+            else:
+                try:
+                    track = check_file_track(self._manifest, file_id, where=self._where())
+                except ManifestError as error:
+                    self._manifest.refuse(str(error), file=file_id)
+                    raise
             with self._lock:
                 self._tracks.setdefault(file_id, track)
         return track
+
+    def _checked_span(self, episode: int, camera: str, track: TrackIndex) -> EpisodeSpan:
+        """The span to cut: the manifest's once it matches what its (checked) track plans;
+        when it does not, the index is refused and the span planned again from the track
+        is used, as a build would plan it (a track that lies can only be caught by the
+        bytes it names: see _check_payload)."""
+        if self._trusted:
+            return self._manifest.span(episode, camera)
+        where = self._where()
+        try:
+            return check_span(self._manifest, episode, camera, track, where=where)
+        except ManifestError as error:
+            self._manifest.refuse(str(error), file=self._manifest.span(episode, camera).file_path)
+            replanned = replan_span(self._manifest, episode, camera, track, where=where)
+            if replanned is None:
+                raise
+            return replanned
 
     def _check_source(self, file_id: int) -> None:
         with self._lock:
@@ -87,19 +148,22 @@ class ManifestClipSource:
     def _plan_jobs(self, episode: int) -> tuple[ClipJob, ...]:
         jobs = []
         for camera in self._cameras:
-            span = self._manifest.span(episode, camera)
+            file_id = self._manifest.file_id(self._manifest.span(episode, camera).file_path)
+            track = self._track(file_id)
+            span = self._checked_span(episode, camera, track)
             if span.frame_count == 0:
                 # LeRobot cannot read it either: raised when the episode is read, not at open
                 raise FrameNotFoundError(
                     f"episode {episode} camera {camera!r}: {span.file_path} presents no frame "
                     f"from its from_timestamp {span.from_timestamp_s:.6f} s on"
                 )
-            file_id = self._manifest.file_id(span.file_path)
-            track = self._track(file_id)
             plan = span.to_plan()
 
-            def build(payload: bytes, track=track, plan=plan, file_id=file_id) -> bytes:
+            def build(
+                payload: bytes, track=track, plan=plan, file_id=file_id, camera=camera
+            ) -> bytes:
                 self._check_source(file_id)
+                self._check_payload(episode, camera, file_id, track, plan, payload)
                 return write_clip(track, plan, payload)
 
             jobs.append(
@@ -116,6 +180,31 @@ class ManifestClipSource:
                 )
             )
         return tuple(jobs)
+
+    def _check_payload(
+        self,
+        episode: int,
+        camera: str,
+        file_id: int,
+        track: TrackIndex,
+        plan: SpanPlan,
+        payload: bytes,
+    ) -> None:
+        """The fetched bytes hold the samples the index places there (else the index, or
+        the file since it was indexed, is wrong: refused, never decoded)."""
+        path = self._manifest.file_paths[file_id]
+        try:
+            check_sample_framing(
+                track, plan, payload, where=f"episode {episode} camera {camera!r} ({path}): "
+            )
+        except Mp4FormatError as error:
+            if self._trusted:  # indexed from this file's moov just now: the file is wrong
+                raise Mp4FormatError(
+                    f"{error}: the file's bytes are not what its moov describes (damaged?)"
+                ) from error
+            reason = f"{error}: the index does not describe the file's bytes"
+            self._manifest.refuse(reason, file=file_id)
+            raise ManifestError(f"{self._where()}: {reason}") from error
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:

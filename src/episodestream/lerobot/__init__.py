@@ -3,6 +3,7 @@ Parquet rows, read through a RangeReader."""
 
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, FeatureKind
+from episodestream.lerobot._json import parse_json
 from episodestream.lerobot._lerobot_view import (
     LeRobotEpisodes,
     LeRobotInfo,
@@ -37,5 +38,6 @@ __all__ = [
     "open_arrow_file",
     "open_dataset_files",
     "open_metadata_reader",
+    "parse_json",
     "to_timestamp_convention",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from episodestream.errors import DatasetFormatError
+from episodestream.lerobot._json import shown_value
 
 __all__ = ["Feature", "FeatureKind", "parse_features"]
 
@@ -31,6 +32,9 @@ _NUMERIC_DTYPES = frozenset(
     }
 )
 _STRING_DTYPES = frozenset({"string", "str", "large_string"})
+# bounds on a feature's shape: its dimensions are sizes something may allocate
+_MAX_DIMS = 32
+_MAX_DIM = (1 << 31) - 1
 # other spellings of numeric dtypes that Hugging Face datasets' ``Value`` (which LeRobot
 # builds its features with) accepts
 _DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "boolean": "bool"}
@@ -114,11 +118,14 @@ def _shape(raw: Any, *, file: str, key: str) -> tuple[int, ...]:
     if (
         not isinstance(raw, list | tuple)
         or not raw
-        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in raw)
+        or len(raw) > _MAX_DIMS
+        or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 < d <= _MAX_DIM for d in raw
+        )
     ):
         raise DatasetFormatError(
-            f"{file}: field features.{key}.shape must be a non-empty list of positive ints, "
-            f"got {raw!r}"
+            f"{file}: field features.{key}.shape must be a list of 1 to {_MAX_DIMS} ints in "
+            f"[1, 2**31 - 1], got {shown_value(raw)}"
         )
     return tuple(raw)
 
@@ -175,8 +182,13 @@ def _visual(
                 list(names) if names else None,
             )
     fps = info.get("video.fps", 0.0)
-    if not isinstance(fps, int | float) or isinstance(fps, bool) or not 0 <= fps < float("inf"):
-        logger.info("%s: features.%s.info.video.fps %r ignored", file, key, fps)
+    if (
+        not isinstance(fps, int | float)
+        or isinstance(fps, bool)
+        or (isinstance(fps, int) and fps.bit_length() > _MAX_DIM.bit_length())
+        or not 0 <= fps < float("inf")
+    ):
+        logger.info("%s: features.%s.info.video.fps %s ignored", file, key, shown_value(fps))
         fps = 0.0
     return Feature(
         key=key,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import math
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from episodestream.errors import DatasetFormatError, NotFound, StorageError
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, parse_features
+from episodestream.lerobot._json import parse_json, shown_value
 from episodestream.lerobot._paths import check_template, resolve_template
 from episodestream.lerobot._rangefile import open_arrow_file
 from episodestream.storage import ListableReader, RangeReader
@@ -49,6 +50,13 @@ WHOLE_FILE_MAX_BYTES = 1 << 20
 TIMESTAMP_TOLERANCE_FRAMES = 0.25
 # bound on waiting for the metadata files (each read is bounded by the reader's timeouts)
 META_TIMEOUT_S = 600.0
+#: Largest ``chunks_size`` (it divides int64 episode indices). The totals are hints, as
+#: LeRobot reads them: any size, logged when the tables disagree.
+MAX_INFO_INT = (1 << 63) - 1
+#: Largest meta/info.json read (LeRobot's are a few KiB; its parsed objects cost a multiple
+#: of its bytes)
+MAX_INFO_BYTES = 4 << 20
+_FLOAT_INT_BITS = 1023  # an int of more bits overflows a float
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -228,10 +236,19 @@ class DatasetMeta:
 # reading
 
 
-def read_whole(reader: RangeReader, path: str, *, required: bool = True) -> bytes | None:
+def read_whole(
+    reader: RangeReader, path: str, *, required: bool = True, max_bytes: int | None = None
+) -> bytes | None:
     """Every byte of a small file (one request where the store allows); None when absent and
-    not ``required``."""
+    not ``required``. A file over ``max_bytes`` (default: the reader's) is refused unread.
+
+    Raises:
+        DatasetFormatError: a required file missing.
+        InvalidResponse: the file is larger than ``max_bytes``.
+    """
     try:
+        if max_bytes is not None:
+            return bytes(reader.read_file(path, max_bytes=max_bytes))
         return bytes(reader.read_file(path))
     except NotFound as error:
         if not required:
@@ -272,17 +289,39 @@ def read_parquet(
 
 
 def _parse_json(data: bytes, path: str) -> Any:
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DatasetFormatError(f"{path}: invalid JSON: {error}") from error
+    return parse_json(data, where=path)
 
 
-def _int_field(info: dict[str, Any], name: str, *, minimum: int = 0) -> int:
-    value = info.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+def info_fps(info: dict[str, Any]) -> int | float:
+    """``info.json``'s ``fps``, checked: a finite positive number (as written).
+
+    Raises:
+        DatasetFormatError: anything else (an int too large for a float included).
+    """
+    fps = info.get("fps")
+    finite = isinstance(fps, float) and math.isfinite(fps)
+    if isinstance(fps, int) and not isinstance(fps, bool):
+        finite = fps.bit_length() <= _FLOAT_INT_BITS
+    if not finite or not fps > 0:  # type: ignore[operator]
         raise DatasetFormatError(
-            f"{INFO_PATH}: field {name!r} must be an integer >= {minimum}, got {value!r}"
+            f"{INFO_PATH}: field 'fps' must be a finite positive number, got {shown_value(fps)}"
+        )
+    return fps  # type: ignore[return-value]
+
+
+def _int_field(
+    info: dict[str, Any], name: str, *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    value = info.get(name)
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bounds = f"in [{minimum}, 2**63 - 1]" if maximum == MAX_INFO_INT else f">= {minimum}"
+        raise DatasetFormatError(
+            f"{INFO_PATH}: field {name!r} must be an integer {bounds}, got {shown_value(value)}"
         )
     return value
 
@@ -651,7 +690,7 @@ def load_dataset_meta(
         DatasetFormatError: missing or invalid content, naming the file and field.
         StorageError: the store itself failed.
     """
-    raw_info = read_whole(reader, INFO_PATH)
+    raw_info = read_whole(reader, INFO_PATH, max_bytes=MAX_INFO_BYTES)
     assert raw_info is not None
     info = _parse_json(raw_info, INFO_PATH)
     if not isinstance(info, dict):
@@ -671,16 +710,19 @@ def load_dataset_meta(
         )
     if not isinstance(version, str) or not _VERSION.match(version):
         raise DatasetFormatError(
-            f"{INFO_PATH}: field 'codebase_version' is {version!r}; LeRobot v3.x, v2.1 and "
+            f"{INFO_PATH}: field 'codebase_version' is {shown_value(version)}; LeRobot v3.x, "
+            "v2.1 and "
             f"v2.0 datasets are supported (convert older ones with LeRobot's scripts)"
         )
-    fps = info.get("fps")
-    if not isinstance(fps, int | float) or isinstance(fps, bool) or not fps > 0:
-        raise DatasetFormatError(f"{INFO_PATH}: field 'fps' must be a positive number, got {fps!r}")
+    fps = info_fps(info)
     total_episodes = _int_field(info, "total_episodes")
     total_frames = _int_field(info, "total_frames")
     total_tasks = _int_field(info, "total_tasks")
-    chunks_size = _int_field(info, "chunks_size", minimum=1) if "chunks_size" in info else 1000
+    chunks_size = (
+        _int_field(info, "chunks_size", minimum=1, maximum=MAX_INFO_INT)
+        if "chunks_size" in info
+        else 1000
+    )
     features = parse_features(info.get("features"), file=INFO_PATH)
     data_path = check_template(
         info.get("data_path"),

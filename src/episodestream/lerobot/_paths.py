@@ -7,7 +7,14 @@ import string
 
 from episodestream.errors import DatasetFormatError
 
-__all__ = ["V2_FIELDS", "V3_FIELDS", "check_template", "resolve_template"]
+__all__ = [
+    "MAX_PATH_CHARS",
+    "MAX_TEMPLATE_WIDTH",
+    "V2_FIELDS",
+    "V3_FIELDS",
+    "check_template",
+    "resolve_template",
+]
 
 # the fields LeRobot v3 templates may use; anything else (attribute access, indexing,
 # unknown names) is rejected before formatting so a template cannot run arbitrary lookups
@@ -17,6 +24,13 @@ V3_FIELDS = frozenset({"chunk_index", "file_index", "video_key"})
 # (chunk_index, file_index) pair as v3's fields
 V2_FIELDS = frozenset({"episode_chunk", "episode_index", "video_key"})
 _V2_ALIASES = {"episode_chunk": "chunk_index", "episode_index": "file_index"}
+#: Widest zero-padded field a template may ask for (LeRobot's are 3 and 6 digits): the
+#: width is a length the formatter allocates, so it is bounded before anything is formatted.
+MAX_TEMPLATE_WIDTH = 32
+#: Longest template, and longest path one resolves to (characters).
+MAX_PATH_CHARS = 4096
+# templates and paths quoted in messages are cut to this many characters
+_QUOTED_CHARS = 200
 
 
 def check_template(
@@ -38,6 +52,11 @@ def check_template(
     """
     if not isinstance(template, str) or not template:
         raise DatasetFormatError(f"{file}: field {field!r} must be a non-empty path template")
+    if len(template) > MAX_PATH_CHARS:
+        raise DatasetFormatError(
+            f"{file}: field {field!r}: template of {len(template)} characters (at most "
+            f"{MAX_PATH_CHARS}): {_quote(template)}"
+        )
     seen: set[str] = set()
     try:
         parsed = list(string.Formatter().parse(template))
@@ -53,10 +72,16 @@ def check_template(
                 f"{file}: field {field!r}: template {template!r} uses {{{name}}}; allowed "
                 f"fields are {sorted(allowed)}"
             )
-        if conversion or (spec and not spec.rstrip("d").isdigit()):
+        width = spec[:-1] if spec.endswith("d") else spec
+        if conversion or (spec and not (width.isascii() and width.isdigit())):
             raise DatasetFormatError(
                 f"{file}: field {field!r}: template {template!r} has an unsupported format "
                 f"spec {spec!r} for {{{name}}}"
+            )
+        if spec and (len(width) > 3 or int(width) > MAX_TEMPLATE_WIDTH):
+            raise DatasetFormatError(
+                f"{file}: field {field!r}: template {_quote(template)} pads {{{name}}} to "
+                f"{_quote(width)} digits; at most {MAX_TEMPLATE_WIDTH} (MAX_TEMPLATE_WIDTH)"
             )
         seen.add(name)
     missing = required - seen
@@ -86,7 +111,14 @@ def resolve_template(template: str, *, what: str, **fields: int | str) -> str:
     try:
         path = template.format(**fields)
     except (KeyError, IndexError, ValueError) as error:
-        raise DatasetFormatError(f"{what}: cannot format template {template!r}: {error}") from error
+        raise DatasetFormatError(
+            f"{what}: cannot format template {_quote(template)}: {error}"
+        ) from error
+    if len(path) > MAX_PATH_CHARS:
+        raise DatasetFormatError(
+            f"{what}: template {_quote(template)} resolves to a path of {len(path)} "
+            f"characters (at most {MAX_PATH_CHARS}): {_quote(path)}"
+        )
     normalized = posixpath.normpath(path.replace("\\", "/"))
     if (
         not path
@@ -98,6 +130,14 @@ def resolve_template(template: str, *, what: str, **fields: int | str) -> str:
         or "\x00" in path
     ):
         raise DatasetFormatError(
-            f"{what}: template {template!r} resolves to {path!r}, outside the dataset root"
+            f"{what}: template {_quote(template)} resolves to {_quote(path)}, outside the "
+            "dataset root"
         )
     return normalized
+
+
+def _quote(text: str) -> str:
+    """``repr(text)``, cut short: a hostile template must not make a huge message."""
+    if len(text) <= _QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTED_CHARS]!r}... ({len(text)} characters)"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -39,8 +38,10 @@ import pyarrow as pa
 
 from episodestream.errors import DatasetFormatError
 from episodestream.lerobot._features import parse_features
+from episodestream.lerobot._json import parse_json, shown_value
 from episodestream.lerobot._meta import (
     INFO_PATH,
+    MAX_INFO_INT,
     META_TIMEOUT_S,
     STATS_PATH,
     DatasetMeta,
@@ -49,6 +50,7 @@ from episodestream.lerobot._meta import (
     _frozen,
     _parse_json,
     _validate_episodes,
+    info_fps,
     read_whole,
 )
 from episodestream.lerobot._paths import V2_FIELDS, check_template
@@ -113,10 +115,7 @@ def _read_jsonl(data: bytes, path: str) -> list[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DatasetFormatError(f"{path} line {number}: invalid JSON: {error}") from error
+        value = parse_json(line, where=f"{path} line {number}")
         if not isinstance(value, dict):
             raise DatasetFormatError(
                 f"{path} line {number}: must hold a JSON object, got {type(value).__name__}"
@@ -126,9 +125,14 @@ def _read_jsonl(data: bytes, path: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _line_int(value: object, *, path: str, number: int, name: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not minimum <= value <= MAX_INFO_INT
+    ):
         raise DatasetFormatError(
-            f"{path} line {number}: field {name!r} must be an integer >= {minimum}, got {value!r}"
+            f"{path} line {number}: field {name!r} must be an integer in [{minimum}, 2**63 - 1], "
+            f"got {shown_value(value)}"
         )
     return value
 
@@ -432,13 +436,16 @@ def load_v2_meta(
         StorageError: the store itself failed.
     """
     version = info["codebase_version"]
-    fps = info.get("fps")
-    if not isinstance(fps, int | float) or isinstance(fps, bool) or not fps > 0:
-        raise DatasetFormatError(f"{INFO_PATH}: field 'fps' must be a positive number, got {fps!r}")
+    fps = info_fps(info)
     chunks_size = info.get("chunks_size", _DEFAULT_CHUNKS_SIZE)
-    if not isinstance(chunks_size, int) or isinstance(chunks_size, bool) or chunks_size < 1:
+    if (
+        not isinstance(chunks_size, int)
+        or isinstance(chunks_size, bool)
+        or not 1 <= chunks_size <= MAX_INFO_INT
+    ):
         raise DatasetFormatError(
-            f"{INFO_PATH}: field 'chunks_size' must be an integer >= 1, got {chunks_size!r}"
+            f"{INFO_PATH}: field 'chunks_size' must be an integer in [1, 2**63 - 1], got "
+            f"{shown_value(chunks_size)}"
         )
     info = _with_video_info(info)
     features = parse_features(info.get("features"), file=INFO_PATH)

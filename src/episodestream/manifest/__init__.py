@@ -2,6 +2,12 @@
 
 from episodestream.errors import SidecarCoverageError, UnknownEpisodesError
 from episodestream.manifest._build import DEFAULT_BUILD_WORKERS, build_manifest, source_info
+from episodestream.manifest._checks import (
+    check_file_track,
+    check_span,
+    check_spans,
+    replan_span,
+)
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
     BuildStats,
@@ -51,11 +57,15 @@ __all__ = [
     "SpanArrays",
     "UnknownEpisodesError",
     "build_manifest",
+    "check_file_track",
+    "check_span",
+    "check_spans",
     "default_cache_dir",
     "episode_subset",
     "load_sidecar",
     "open_manifest",
     "publish_sidecar",
+    "replan_span",
     "sidecar_bytes",
     "sidecar_cache_path",
     "sidecar_status",

@@ -33,7 +33,13 @@ from episodestream.manifest._manifest import (
     SpanArrays,
 )
 from episodestream.manifest._tables import assemble_tracks
-from episodestream.mp4 import TrackIndex, locate_moov, parse_moov, plan_span
+from episodestream.mp4 import (
+    MAX_UNTABLED_SAMPLES,
+    TrackIndex,
+    locate_moov,
+    parse_moov,
+    plan_span,
+)
 from episodestream.storage import FileInfo, RangeReader
 
 __all__ = [
@@ -42,7 +48,9 @@ __all__ = [
     "build_manifest",
     "episode_video_files",
     "index_episodes",
+    "max_moov_bytes",
     "source_info",
+    "span_ends",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,8 +62,14 @@ _MOOV_BYTES_PER_FRAME = 24
 _MOOV_FIXED_BYTES = 16 << 10
 _MIN_FIRST_PROBE = 16 << 10
 _MAX_FIRST_PROBE = 16 << 20
+# the largest moov read: a fixed allowance (codec configuration, metadata, a few other
+# tracks) plus this much per frame the episodes table puts in the file (a video track's
+# tables take ~30 bytes a frame, audio tracks beside it a few more): a moov claiming more
+# is refused from its header, before its bytes are read or parsed
+MOOV_CAP_FIXED_BYTES = 4 << 20
+MOOV_CAP_BYTES_PER_FRAME = 256
 # the span of an episode ends half a frame before the next episode's start in its file (see
-# _span_ends): every frame its rows can reach, not the next episode's first
+# span_ends): every frame its rows can reach, not the next episode's first
 _SPAN_END_FRAMES = 0.5
 # episode-cameras whose frame count differs from their rows, logged one by one up to this
 _MISMATCHES_LOGGED = 5
@@ -80,6 +94,18 @@ def source_info(reader: RangeReader, path: str) -> FileInfo:
     """Size and validators (ETag, Last-Modified) of a file, as the reader pinned them (one
     request over HTTP)."""
     return reader.file_info(path)
+
+
+def max_moov_bytes(frames: int) -> int:
+    """The largest ``moov`` read from a file the episodes table puts ``frames`` frames in
+    (``MOOV_CAP_FIXED_BYTES`` + ``MOOV_CAP_BYTES_PER_FRAME`` per frame)."""
+    return MOOV_CAP_FIXED_BYTES + MOOV_CAP_BYTES_PER_FRAME * max(int(frames), 0)
+
+
+def max_track_samples_of_moov(moov_bytes: int) -> int:
+    """Most samples a moov of ``moov_bytes`` can table (half a byte each with 4-bit
+    ``stz2`` sizes, or one size for up to ``MAX_UNTABLED_SAMPLES``)."""
+    return 2 * moov_bytes + MAX_UNTABLED_SAMPLES
 
 
 def _first_probe(frames: int, size: int) -> int:
@@ -111,10 +137,15 @@ class _FileJob:
     lengths: np.ndarray
     t0: np.ndarray  # span bounds, seconds in the file
     t1: np.ndarray
+    file_frames: int  # frames of every episode the table puts in the file (selected or not)
 
     @property
     def frames(self) -> int:
         return int(self.lengths.sum())
+
+    @property
+    def max_moov_bytes(self) -> int:
+        return max_moov_bytes(self.file_frames)
 
 
 def _read_track(reader: RangeReader, job: _FileJob) -> tuple[FileInfo, TrackIndex]:
@@ -127,12 +158,19 @@ def _read_track(reader: RangeReader, job: _FileJob) -> tuple[FileInfo, TrackInde
             lambda offset, length: reader.read(path, offset, length),
             size,
             first_probe=_first_probe(job.frames, size),
+            max_moov_bytes=job.max_moov_bytes,
         )
         track = parse_moov(location.moov, file_offset=location.offset)
     except NotFound as error:
         raise ManifestError(f"{path}: video file is missing ({error})") from error
     except (Mp4FormatError, UnsupportedMp4Error) as error:
-        raise ManifestError(f"{path}: cannot index: {error}") from error
+        cap = (
+            f" (the cap: {MOOV_CAP_FIXED_BYTES} bytes + {MOOV_CAP_BYTES_PER_FRAME} per frame "
+            f"for the {job.file_frames} frames the episodes table puts in it)"
+            if "max_moov_bytes" in str(error)
+            else ""
+        )
+        raise ManifestError(f"{path}: cannot index: {error}{cap}") from error
     if track.num_samples == 0:
         raise ManifestError(f"{path}: the video track has no samples")
     # A damaged or truncated file can describe samples beyond its end; catch that here, with
@@ -255,7 +293,8 @@ def _stored_track(
 ) -> tuple[FileInfo, TrackIndex, bool]:
     """``job``'s file from the per-file index, else read; with ``add``, once among
     concurrent processes (under its build lock, after looking again) and saved there."""
-    entry = store.load(job.path)
+    max_samples = max_track_samples_of_moov(job.max_moov_bytes)
+    entry = store.load(job.path, max_samples=max_samples)
     current: FileInfo | None = None
     if entry is not None and verify:
         current, usable = _current(reader, entry)
@@ -268,7 +307,8 @@ def _stored_track(
         info, track = _read_track(reader, job)
         return info, track, True
     with store.building(job.path):
-        entry = store.load(job.path)  # another process may have indexed it while we waited
+        # another process may have indexed it while we waited
+        entry = store.load(job.path, max_samples=max_samples)
         if entry is not None and (current is None or current.same_version(entry.info)):
             return entry.info, entry.track, False
         info, track = _read_track(reader, job)
@@ -298,7 +338,10 @@ def _file_jobs(
         file_ids[:, c] = len(jobs) + inverse
         order = np.argsort(inverse, kind="stable")
         groups = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(unique)))[:-1])
-        for (chunk, file), rows in zip(unique.tolist(), groups, strict=True):
+        file_frames = _frames_per_file(columns, table.length, unique)
+        for (chunk, file), rows, frames in zip(
+            unique.tolist(), groups, file_frames.tolist(), strict=True
+        ):
             jobs.append(
                 _FileJob(
                     path=meta.video_file_path(key, chunk, file),
@@ -308,13 +351,41 @@ def _file_jobs(
                     episodes=episode_index[rows],
                     lengths=length[rows],
                     t0=from_timestamp[rows],
-                    t1=_span_ends(from_timestamp[rows], next_start[rows], length[rows], meta.fps),
+                    t1=span_ends(from_timestamp[rows], next_start[rows], length[rows], meta.fps),
+                    file_frames=int(frames),
                 )
             )
     return jobs, file_ids
 
 
-def _span_ends(
+def _frames_per_file(columns: Any, length: np.ndarray, files: np.ndarray) -> np.ndarray:
+    """Frames the whole episodes table puts in each (chunk, file) of ``files`` (rows of
+    one camera's unique pairs): what bounds a file's moov, whichever episodes are read."""
+    pairs = np.stack([columns.chunk_index, columns.file_index], axis=1)
+    every, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=length, minlength=len(every))
+    by_file = dict(zip(map(tuple, every.tolist()), totals.tolist(), strict=True))
+    return np.array([by_file[tuple(pair)] for pair in files.tolist()], dtype=np.int64)
+
+
+def planned_span_ends(meta: DatasetMeta, selected: np.ndarray | slice) -> np.ndarray:
+    """Where the spans of the ``selected`` episodes (table rows) end, shape ``(episodes,
+    cameras)``: the window the builder plans each span for (see :func:`span_ends`)."""
+    table = meta.episodes
+    length = table.length[selected]
+    ends = np.empty((len(length), len(meta.video_keys)), dtype=np.float64)
+    for c, key in enumerate(meta.video_keys):
+        columns = table.video(key)
+        ends[:, c] = span_ends(
+            columns.from_timestamp[selected],
+            next_episode_starts(columns)[selected],
+            length,
+            meta.fps,
+        )
+    return ends
+
+
+def span_ends(
     from_timestamp: np.ndarray, next_start: np.ndarray, length: np.ndarray, fps: float
 ) -> np.ndarray:
     """Where each episode's span ends in its file: half a frame before the next episode's
@@ -536,6 +607,7 @@ def index_episodes(
         files=files,
         samples=samples,
         origin="built" if read or store is None else "cache",
+        span_end_s=planned_span_ends(meta, selected),
     )
     manifest.build_stats = stats
     if store is not None and add and not store.unsaved:  # every table it holds is stored

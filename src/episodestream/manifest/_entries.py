@@ -30,9 +30,11 @@ the next open rebuilds it.
 Bounds: one entry and one lock file per source file of the dataset (a rebuilt entry
 replaces the old one); one entry folder per dataset root and revision (a folder for
 another ``info.json`` of the same root is removed when a new one is made, as a whole
-sidecar is replaced). An entry is read whole (its own size bounds what loading it takes);
-a header over 64 KiB is refused before it is parsed, a table claiming more samples than
-its file has bytes after.
+sidecar is replaced). An entry is read whole, and first checked by size: more bytes than
+an entry of the samples its video's moov could hold (the build's moov cap) is refused
+unread; a header over 64 KiB is refused before it is parsed, one claiming more samples than
+that after it, and a table that cannot describe its file (``check_file_table``, every
+sample) after that.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from episodestream.errors import ManifestError
-from episodestream.lerobot import DatasetMeta
+from episodestream.lerobot import DatasetMeta, parse_json
 from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
 from episodestream.manifest._tables import (
     assemble_tracks,
@@ -86,6 +88,8 @@ _FOLDER_PREFIX = "files-"
 # folders of superseded info.json digests kept beside the current one (most recent first)
 _SUPERSEDED_KEPT = 3
 _MAX_HEADER_BYTES = 64 << 10
+_ENTRY_BYTES_PER_SAMPLE = 64
+_ENTRY_FIXED_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +143,7 @@ def _entry_header(schema: pa.Schema, where: str) -> dict[str, Any]:
         raise ManifestError(f"{where}: not an episodestream file entry (no header)")
     if len(raw) > _MAX_HEADER_BYTES:
         raise ManifestError(f"{where}: entry header of {len(raw)} bytes (at most 64 KiB)")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ManifestError(f"{where}: entry header is not JSON: {error}") from error
+    header = parse_json(raw, where=f"{where}: entry header", error=ManifestError)
     if not isinstance(header, dict) or header.get("version") != FILE_ENTRY_VERSION:
         version = header.get("version") if isinstance(header, dict) else None
         raise ManifestError(
@@ -152,16 +153,32 @@ def _entry_header(schema: pa.Schema, where: str) -> dict[str, Any]:
     return header
 
 
-def load_file_entry(source: pa.Buffer, *, key: EntryKey, path: str, where: str) -> IndexedFile:
-    """The entry of ``path`` from an entry file's bytes, after every check.
+def load_file_entry(
+    source: pa.Buffer | pa.NativeFile,
+    *,
+    key: EntryKey,
+    path: str,
+    where: str,
+    max_samples: int | None = None,
+) -> IndexedFile:
+    """The entry of ``path`` from an entry file's bytes (or its mapping), after every check.
 
     Raises:
-        ManifestError: unreadable, another format version, another dataset or file, or a
-            table that cannot describe the file (see ``check_file_table``); names ``where``.
+        ManifestError: unreadable, another format version, another dataset or file, more
+            samples than ``max_samples`` (refused from the header, before the table is
+            read), or a table that cannot describe the file (see ``check_file_table``);
+            names ``where``.
     """
     try:
         reader = ipc.open_file(source)
         header = _entry_header(reader.schema, where)
+        claimed = header.get("num_samples")
+        if type(claimed) is not int or claimed < 0:
+            raise ManifestError(f"{where}: entry header gives {claimed!r} samples")
+        if max_samples is not None and claimed > max_samples:
+            raise ManifestError(
+                f"{where}: entry of {claimed} samples; at most {max_samples} for this file"
+            )
         if reader.num_record_batches != 1:
             raise ManifestError(
                 f"{where}: expected 1 record batch, found {reader.num_record_batches}"
@@ -190,6 +207,12 @@ def load_file_entry(source: pa.Buffer, *, key: EntryKey, path: str, where: str) 
         info=FileInfo(size, etag, modified),
         track=file_table_track(files, samples, 0),
     )
+
+
+def _entry_bytes_cap(samples: int) -> int:
+    """Most bytes an entry of ``samples`` samples takes: its sample columns (six int64 and
+    one byte a sample) plus the file's ``stsd``, header and Arrow framing."""
+    return samples * _ENTRY_BYTES_PER_SAMPLE + _ENTRY_FIXED_BYTES
 
 
 def _path_digest(path: str) -> str:
@@ -259,12 +282,23 @@ class FileEntryStore:
             logger.info("removing superseded per-file index %s", other)
             shutil.rmtree(other, ignore_errors=True)
 
-    def load(self, path: str) -> IndexedFile | None:
+    def load(self, path: str, *, max_samples: int | None = None) -> IndexedFile | None:
         """The checked entry of ``path``; None when there is none or it is refused (logged:
-        the caller rebuilds it)."""
+        the caller rebuilds it). An entry too big for ``max_samples`` samples is refused
+        before it is read, one whose header claims more after reading only that.
+
+        Read whole, not mapped: the entry's arrays must not change if the file is
+        rewritten in place while they are in use."""
         location = self.entry_path(path)
         try:
-            data = location.read_bytes()
+            with open(location, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if max_samples is not None and size > _entry_bytes_cap(max_samples):
+                    raise ManifestError(
+                        f"{location} ({path}): entry of {size} bytes, more than an entry of "
+                        f"{max_samples} samples (at most for this file) takes"
+                    )
+                data = handle.read()
         except FileNotFoundError:
             return None
         except OSError as error:
@@ -272,13 +306,26 @@ class FileEntryStore:
                 "per-file index entry %s unreadable (%s); rebuilding it", location, error
             )
             return None
+        except ManifestError as error:
+            logger.warning("per-file index entry refused: %s; rebuilding it", error)
+            return None
         try:
             return load_file_entry(
-                pa.py_buffer(data), key=self.key, path=path, where=f"{location} ({path})"
+                pa.py_buffer(data),
+                key=self.key,
+                path=path,
+                where=f"{location} ({path})",
+                max_samples=max_samples,
             )
         except ManifestError as error:
             logger.warning("per-file index entry refused: %s; rebuilding it", error)
             return None
+
+    def remove(self, path: str) -> None:
+        """Drop the entry of ``path`` (it proved wrong): the next open indexes the file
+        again. A missing entry or a cache that cannot be written is left as it is."""
+        with contextlib.suppress(OSError):
+            self.entry_path(path).unlink()
 
     def save(self, entry: IndexedFile) -> None:
         """Write ``entry`` whole (temporary file, rename). A cache that cannot be written
@@ -367,6 +414,7 @@ def reassemble_manifest(folder: str, state: dict[str, Any]) -> EpisodeManifest:
         files=files,
         samples=samples,
         origin=state["origin"],
+        span_end_s=state.get("span_end_s"),
     )
     manifest.entries_folder = Path(folder)
     return manifest

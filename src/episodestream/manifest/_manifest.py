@@ -29,6 +29,9 @@ from episodestream.lerobot import DatasetMeta, EpisodeRowLookup
 from episodestream.mp4 import SpanPlan, TrackIndex
 from episodestream.storage import FileInfo
 
+# episode indices are int64 everywhere (the episodes table's column)
+_MAX_EPISODE_INDEX = (1 << 63) - 1
+
 __all__ = [
     "SPAN_FIELDS",
     "BuildStats",
@@ -55,8 +58,17 @@ class EpisodeSubset:
     def __post_init__(self) -> None:
         previous = None
         for start, stop in self.runs:
-            if start >= stop or start < 0 or (previous is not None and start <= previous):
-                raise ManifestError(f"episode runs {list(self.runs)} are not ascending runs")
+            if (
+                start >= stop
+                or start < 0
+                or stop > _MAX_EPISODE_INDEX
+                or (previous is not None and start <= previous)
+            ):
+                shown = list(self.runs[:5])
+                raise ManifestError(
+                    f"episode runs {shown}{'...' if len(self.runs) > 5 else ''} are not "
+                    "ascending runs of int64 episode indices"
+                )
             previous = stop
 
     @classmethod
@@ -109,9 +121,18 @@ class EpisodeSubset:
     @classmethod
     def from_json(cls, data: Any) -> EpisodeSubset:
         try:
-            return cls(tuple((int(a), int(b)) for a, b in data))
+            runs = tuple((_json_int(a), _json_int(b)) for a, b in data)
         except (TypeError, ValueError) as error:
-            raise ManifestError(f"sidecar episode runs are malformed: {error!r}") from error
+            raise ManifestError(f"sidecar episode runs are malformed: {error}") from error
+        return cls(runs)
+
+
+def _json_int(value: Any) -> int:
+    """An int of a sidecar header (not a bool, float or string: a header is ours, written
+    with ints)."""
+    if type(value) is not int:
+        raise ValueError(f"{type(value).__name__} where an integer belongs")
+    return value
 
 
 def _episode_ids(episodes: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -246,8 +267,8 @@ class DatasetIdentity:
             return cls(
                 root=str(data["root"]),
                 revision=None if data["revision"] is None else str(data["revision"]),
-                total_episodes=int(data["total_episodes"]),
-                total_frames=int(data["total_frames"]),
+                total_episodes=_json_int(data["total_episodes"]),
+                total_frames=_json_int(data["total_frames"]),
                 fps=float(data["fps"]),
                 cameras=tuple(str(c) for c in data["cameras"]),
                 info_sha256=str(data["info_sha256"]),
@@ -258,7 +279,7 @@ class DatasetIdentity:
                     else EpisodeSubset.from_json(data["episodes"])
                 ),
             )
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ManifestError(f"sidecar identity is malformed: {error!r}") from error
 
 
@@ -439,6 +460,10 @@ class EpisodeManifest:
         sidecar_path: the local sidecar file backing it, if any.
         entries_folder: the per-file index its file tables were taken from and saved in,
             if any (a manifest of a subset of the episodes).
+        span_end_s: where each span's window ends (source seconds, shape ``(episodes,
+            cameras)``), from the episodes table, once the manifest was built from it or
+            checked against it (``check_spans``); with it every span can be planned again
+            (:meth:`span_window`). None otherwise.
     """
 
     def __init__(
@@ -452,6 +477,7 @@ class EpisodeManifest:
         samples: Mapping[str, np.ndarray],
         origin: str = "built",
         sidecar_path: Path | None = None,
+        span_end_s: np.ndarray | None = None,
     ) -> None:
         self.identity = identity
         self.cameras = cameras
@@ -471,7 +497,16 @@ class EpisodeManifest:
         # pickles by reference to those entries (see _entries.reassemble_manifest)
         self.entries_folder: Path | None = None
         self.build_stats: BuildStats | None = None
+        self.span_end_s: np.ndarray | None = None
+        # what the sidecar file was when mapped (device, inode, size, mtime), so a refusal
+        # removes that file and not one another process renamed over it since
+        self.sidecar_stat: tuple[int, int, int, int] | None = None
+        # SHA-256 of a published sidecar's bytes, when it came from one
+        self.published_sha256: str | None = None
+        self._refused = False
         self._check_shapes()
+        if span_end_s is not None:
+            self.set_span_ends(span_end_s)
 
     def _check_shapes(self) -> None:
         shape = (len(self.episode_index), len(self.cameras))
@@ -496,13 +531,47 @@ class EpisodeManifest:
             if int(ids.min()) < 0 or int(ids.max()) >= num_files:
                 raise ManifestError("span file ids out of range")
 
+    def set_span_ends(self, ends: np.ndarray) -> None:
+        """Record where each span's window ends (from the episodes table the spans were built
+        from or checked against): it lets :meth:`span_window` plan any span again."""
+        ends = np.asarray(ends, dtype=np.float64)
+        shape = (self.num_episodes, len(self.cameras))
+        if ends.shape != shape:
+            raise ManifestError(f"span ends of shape {ends.shape}, expected {shape}")
+        ends.flags.writeable = False
+        self.span_end_s = ends
+
+    def span_window(self, episode_index: int, camera: str | int) -> tuple[float, float] | None:
+        """``[t0, t1]``, the source seconds the builder planned the span of ``episode_index``
+        for ``camera`` to present (``from_timestamp`` to the end ``span_ends`` gives it), or
+        None when the span ends are unknown (see :attr:`span_end_s`)."""
+        if self.span_end_s is None:
+            return None
+        r = self.row(episode_index)
+        c = self.camera_column(camera)
+        return float(self.spans.from_timestamp_s[r, c]), float(self.span_end_s[r, c])
+
+    def refuse(self, reason: str, *, file: str | int | None = None) -> None:
+        """The index proved wrong at a sample (``reason``): log it and make the next open
+        index again instead of using it. A sidecar in the cache is removed (a published
+        one, copied there, is also remembered as refused so it is not fetched again); the
+        per-file index entry of ``file`` is removed; an explicit sidecar is the caller's
+        and is left as it is. Logged once per manifest; never raises."""
+        from episodestream.manifest._open import refuse_manifest
+
+        refuse_manifest(self, reason, file=file)
+
     # --- pickling: map the same sidecar again instead of copying arrays -----------------
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.sidecar_path is not None:
             from episodestream.manifest._sidecar import _reopen_sidecar
 
-            return (_reopen_sidecar, (str(self.sidecar_path), self.identity, self.origin))
+            checked = (self.sidecar_stat, self.span_end_s)
+            return (
+                _reopen_sidecar,
+                (str(self.sidecar_path), self.identity, self.origin, checked),
+            )
         if self.entries_folder is not None:
             from episodestream.manifest._entries import reassemble_manifest
 
@@ -521,6 +590,7 @@ class EpisodeManifest:
             "files": self._files,
             "samples": self._samples,
             "origin": self.origin,
+            "span_end_s": self.span_end_s,
         }
 
     # --- lookups ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from episodestream.manifest._build import (
     index_episodes,
     source_info,
 )
+from episodestream.manifest._checks import check_spans
 from episodestream.manifest._entries import FileEntryStore
 from episodestream.manifest._manifest import (
     DatasetIdentity,
@@ -51,6 +53,7 @@ __all__ = [
     "SidecarStatus",
     "default_cache_dir",
     "open_manifest",
+    "refuse_manifest",
     "sidecar_cache_path",
     "sidecar_status",
     "verify_sources",
@@ -169,12 +172,14 @@ def _try_load(
     reader: RangeReader,
     verify: bool,
     workers: int,
+    meta: DatasetMeta,
     *,
     needed: np.ndarray | None = None,
     scope: EpisodeSubset | None = None,
 ) -> tuple[EpisodeManifest | None, str]:
-    """(manifest, "") when ``path`` holds a matching sidecar, else (None, why not); with
-    ``verify``, the files of ``scope``'s episodes (None: all) are looked up.
+    """(manifest, "") when ``path`` holds a matching sidecar whose spans ``meta`` does not
+    contradict (``check_spans``), else (None, why not); with ``verify``, the files of
+    ``scope``'s episodes (None: all) are looked up.
 
     Raises:
         SidecarCoverageError: with ``needed`` (the episodes ``expected`` covers), a sidecar
@@ -198,6 +203,10 @@ def _try_load(
         ):
             raise SidecarCoverageError(str(path), subset.missing(needed), subset.describe())
         return None, f"{path}: sidecar does not match the dataset: {reason}"
+    try:
+        check_spans(manifest, meta, where=str(path))
+    except ManifestError as error:
+        return None, str(error)
     if verify:
         # a subset looks up its own files only
         reason = verify_sources(
@@ -240,10 +249,17 @@ def _read_published(reader: RangeReader) -> tuple[bytes | None, int]:
 
 
 def _fetch_published(
-    reader: RangeReader, destination: Path, expected: DatasetIdentity, *, small_only: bool = False
+    reader: RangeReader,
+    destination: Path,
+    expected: DatasetIdentity,
+    meta: DatasetMeta,
+    *,
+    small_only: bool = False,
 ) -> tuple[bool, str]:
     """Copy the dataset's published sidecar to ``destination`` if it matches the dataset
-    (with ``small_only``, only one fetched in one request: see ``_SUBSET_PUBLISHED``)."""
+    and its spans pass ``check_spans`` (with ``small_only``, only one fetched in one
+    request: see ``_SUBSET_PUBLISHED``); one refused at a sample before (its digest in
+    ``published-refused`` beside ``destination``) is ignored."""
     try:
         published_bytes, size = _read_published(reader)
     except NotFound:
@@ -258,20 +274,32 @@ def _fetch_published(
     fd, temporary = tempfile.mkstemp(
         prefix=f".{destination.name}.", suffix=".download", dir=destination.parent
     )
+    digest = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as handle:
             if published_bytes is not None:
                 handle.write(published_bytes)
+                digest.update(published_bytes)
             else:
                 for offset in range(0, size, _DOWNLOAD_PIECE_BYTES):
                     length = min(_DOWNLOAD_PIECE_BYTES, size - offset)
-                    handle.write(reader.read(PUBLISHED_SIDECAR_PATH, offset, length))
+                    piece = reader.read(PUBLISHED_SIDECAR_PATH, offset, length)
+                    handle.write(piece)
+                    digest.update(piece)
             handle.flush()
             os.fsync(handle.fileno())
-        try:  # whole, readable and this dataset's before it becomes visible
-            reason = load_sidecar(temporary).identity.mismatch(expected)
-        except ManifestError as error:
-            reason = str(error).replace(temporary, where)
+        sha256 = digest.hexdigest()
+        if _was_refused(destination.parent, sha256):
+            reason = "refused at a sample before (it does not describe the videos); ignored"
+        else:
+            try:  # whole, readable, this dataset's and its spans checked before it is visible
+                loaded = load_sidecar(temporary)
+                reason = loaded.identity.mismatch(expected)
+                if reason is None:
+                    check_spans(loaded, meta, where=where)
+                del loaded
+            except ManifestError as error:
+                reason = str(error).replace(temporary, where)
         if reason is not None:
             os.unlink(temporary)
             return False, f"{where}: {reason}"
@@ -282,6 +310,134 @@ def _fetch_published(
             os.unlink(temporary)
         raise
     return True, ""
+
+
+# --- refusing an index that proved wrong at a sample ---------------------------------------
+
+# a published sidecar refused at a sample is remembered by the SHA-256 of its bytes, in this
+# file beside the dataset's cached sidecar (one digest a line, the latest few), and in this
+# process for one held in memory only
+_REFUSED_PUBLISHED_FILE = "published-refused"
+_REFUSED_PUBLISHED_KEPT = 16
+_refused_published: set[str] = set()
+_refusal_lock = threading.Lock()
+
+
+def _was_refused(folder: Path | None, sha256: str) -> bool:
+    if sha256 in _refused_published:
+        return True
+    if folder is None:
+        return False
+    try:
+        text = (folder / _REFUSED_PUBLISHED_FILE).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return sha256 in text.split()
+
+
+def _remember_refused(folder: Path | None, sha256: str) -> None:
+    with _refusal_lock:
+        _refused_published.add(sha256)
+        if folder is None:
+            return
+        marker = folder / _REFUSED_PUBLISHED_FILE
+        try:
+            known = marker.read_text(encoding="ascii", errors="replace").split()
+        except OSError:
+            known = []
+        kept = [digest for digest in known if digest != sha256][-(_REFUSED_PUBLISHED_KEPT - 1) :]
+        try:
+            fd, temporary = tempfile.mkstemp(prefix=f".{marker.name}.", dir=folder)
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write("\n".join([*kept, sha256]) + "\n")
+            os.replace(temporary, marker)
+        except OSError as error:
+            logger.warning("cannot record the refused published sidecar in %s: %s", marker, error)
+
+
+def refuse_manifest(manifest: EpisodeManifest, reason: str, *, file: str | int | None) -> None:
+    """``EpisodeManifest.refuse``: the index proved wrong at a sample; make the next open
+    index again (see there). Logs once per manifest and never raises."""
+    with _refusal_lock:
+        if manifest._refused:
+            return
+        manifest._refused = True
+    try:
+        _refuse(manifest, reason, file)
+    except Exception:  # a refusal must not hide the error that caused it
+        logger.warning("could not drop the refused index", exc_info=True)
+
+
+def _refuse(manifest: EpisodeManifest, reason: str, file: str | int | None) -> None:
+    path = manifest.file_paths[file] if isinstance(file, int) else file
+    origin = manifest.origin
+    sidecar = manifest.sidecar_path
+    identity = manifest.identity
+    # a sidecar at an explicit path is the caller's; any other lives in the cache
+    if sidecar is not None and origin != "explicit":
+        if _same_file(sidecar, manifest.sidecar_stat):
+            if origin == "published":
+                _remember_refused(sidecar.parent, _file_sha256(sidecar))
+            with contextlib.suppress(FileNotFoundError):
+                sidecar.unlink()
+            logger.warning(
+                "the index %s proved wrong (%s); removed: the next open indexes the videos%s",
+                sidecar,
+                reason,
+                " (the published sidecar is ignored from now on)" if origin == "published" else "",
+            )
+        else:
+            logger.warning("the index %s proved wrong (%s); it was replaced since", sidecar, reason)
+        folder: Path | None = sidecar.parent / f"files-{identity.info_sha256[:16]}"
+    elif sidecar is None and origin == "published" and manifest.published_sha256 is not None:
+        _remember_refused(None, manifest.published_sha256)
+        logger.warning(
+            "the published sidecar proved wrong (%s); ignored from now on in this process",
+            reason,
+        )
+        folder = None
+    elif sidecar is not None:
+        logger.warning(
+            "the sidecar %s proved wrong (%s); not removed (it was given explicitly): rebuild "
+            "it with `episodestream index`",
+            sidecar,
+            reason,
+        )
+        folder = None
+    else:
+        folder = manifest.entries_folder
+        if folder is None:
+            logger.warning("the index proved wrong (%s)", reason)
+    if folder is not None and path is not None:
+        from episodestream.manifest._entries import EntryKey
+
+        key = EntryKey(identity.root, identity.revision, identity.info_sha256)
+        store = FileEntryStore(folder, key, lock_timeout_s=0.0)
+        if store.has(path):
+            store.remove(path)
+            logger.warning(
+                "per-file index entry of %s removed (%s): the next open reads its moov again",
+                path,
+                reason,
+            )
+
+
+def _same_file(path: Path, recorded: tuple[int, int, int, int] | None) -> bool:
+    if recorded is None:
+        return False
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns) == recorded
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for piece in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def open_manifest(
@@ -364,7 +520,15 @@ def open_manifest(
     if sidecar is not None:
         path = Path(sidecar)
         manifest, reason = _try_load(
-            path, expected, "explicit", reader, verify, workers, needed=needed, scope=subset
+            path,
+            expected,
+            "explicit",
+            reader,
+            verify,
+            workers,
+            meta,
+            needed=needed,
+            scope=subset,
         )
         if manifest is not None:
             return manifest
@@ -386,7 +550,7 @@ def open_manifest(
     cache_path = sidecar_cache_path(meta, cache_dir) if use_cache else None
     if cache_path is not None:
         manifest, reason = _try_load(
-            cache_path, whole, "cache", reader, verify, workers, scope=subset
+            cache_path, whole, "cache", reader, verify, workers, meta, scope=subset
         )
         if manifest is not None:
             return manifest
@@ -396,7 +560,7 @@ def open_manifest(
         # only a subset is looked for among subset sidecars: the whole dataset never takes one
         for candidate in _subset_sidecars(cache_path, subset) if subset is not None else ():
             manifest, why = _try_load(
-                candidate, expected, "cache", reader, verify, workers, scope=subset
+                candidate, expected, "cache", reader, verify, workers, meta, scope=subset
             )
             if manifest is not None:
                 return manifest
@@ -462,7 +626,12 @@ def open_manifest(
                     if published_bytes is not None
                     else publisher.read(PUBLISHED_SIDECAR_PATH, 0, size)
                 )
+                sha256 = hashlib.sha256(data).hexdigest()
+                if _was_refused(None, sha256):
+                    raise ManifestError("refused at a sample before; ignored")
                 manifest = load_sidecar(pa.py_buffer(data), expect=expected, origin="published")
+                check_spans(manifest, meta, where=f"{PUBLISHED_SIDECAR_PATH} (published)")
+                manifest.published_sha256 = sha256
             except ManifestError as error:
                 refused.append(f"published: {error}")
             else:
@@ -508,11 +677,11 @@ def _open_subset(
         # an unwritable cache fails here, before the published copy is fetched for nothing
         whole_path.parent.mkdir(parents=True, exist_ok=True)
         whole = DatasetIdentity.of(meta)
-        fetched, why = _fetch_published(publisher, whole_path, whole, small_only=True)
+        fetched, why = _fetch_published(publisher, whole_path, whole, meta, small_only=True)
         if fetched:
             expected = dataclasses.replace(whole, episodes=subset)
             manifest, why = _try_load(
-                whole_path, expected, "published", reader, verify, workers, scope=subset
+                whole_path, expected, "published", reader, verify, workers, meta, scope=subset
             )
             if manifest is not None:
                 logger.info("using the published sidecar, copied to %s", whole_path)
@@ -574,15 +743,17 @@ def _build_into(
     try:
         with lock:
             # another process may have finished the job while we waited for the lock
-            manifest, _reason = _try_load(path, expected, origin, reader, verify, workers)
+            manifest, _reason = _try_load(path, expected, origin, reader, verify, workers, meta)
             if manifest is not None:
                 return manifest
             reasons: list[str] = []
             if published:
                 source = publisher if publisher is not None else reader
-                fetched, why = _fetch_published(source, path, expected)
+                fetched, why = _fetch_published(source, path, expected, meta)
                 if fetched:
-                    manifest, why = _try_load(path, expected, "published", reader, verify, workers)
+                    manifest, why = _try_load(
+                        path, expected, "published", reader, verify, workers, meta
+                    )
                     if manifest is not None:
                         logger.info("using the published sidecar, copied to %s", path)
                         return manifest
@@ -604,6 +775,9 @@ def _build_into(
             logger.info("wrote sidecar %s", path)
             manifest = load_sidecar(path, expect=expected, origin=built.origin)
             manifest.build_stats = built.build_stats
+            # spans planned from this table just now: each can be planned again
+            assert built.span_end_s is not None
+            manifest.set_span_ends(built.span_end_s)
             return manifest
     except filelock.Timeout as error:
         raise ManifestError(
@@ -654,6 +828,8 @@ def sidecar_status(
             continue
         try:
             manifest = load_sidecar(path)
+            if manifest.identity.dataset_mismatch(expected) is None:
+                check_spans(manifest, meta, where=str(path))
         except ManifestError as error:
             result.append(SidecarStatus(where, str(path), "invalid", str(error)))
             continue

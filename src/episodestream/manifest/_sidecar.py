@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from episodestream.errors import ManifestError
+from episodestream.lerobot import parse_json
 from episodestream.manifest._manifest import (
     SPAN_FIELDS,
     DatasetIdentity,
@@ -51,6 +52,7 @@ from episodestream.manifest._tables import (
 )
 
 __all__ = [
+    "MAX_HEADER_BYTES",
     "SIDECAR_VERSION",
     "load_sidecar",
     "read_sidecar_header",
@@ -59,6 +61,9 @@ __all__ = [
 ]
 
 SIDECAR_VERSION = 2
+#: Largest header read (identity, cameras and the runs of a subset's episodes: a subset
+#: of scattered episodes of a huge dataset holds a pair per run).
+MAX_HEADER_BYTES = 16 << 20
 # the versions this library reads; version 1 is a sidecar of every episode
 _READABLE_VERSIONS = (1, 2)
 _METADATA_KEY = b"episodestream.sidecar"
@@ -133,10 +138,11 @@ def _parse_header(schema: pa.Schema, where: str) -> dict[str, Any]:
     raw = (schema.metadata or {}).get(_METADATA_KEY)
     if raw is None:
         raise ManifestError(f"{where}: not an episodestream sidecar (no header)")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ManifestError(f"{where}: sidecar header is not JSON: {error}") from error
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ManifestError(
+            f"{where}: sidecar header of {len(raw)} bytes; at most {MAX_HEADER_BYTES}"
+        )
+    header = parse_json(raw, where=f"{where}: sidecar header", error=ManifestError)
     version = header.get("version") if isinstance(header, dict) else None
     if version not in _READABLE_VERSIONS:
         raise ManifestError(
@@ -177,6 +183,7 @@ def load_sidecar(
         ManifestError: unreadable, another format version, inconsistent, or (with
             ``expect``) describing another dataset — the message says why.
     """
+    file_stat: tuple[int, int, int, int] | None = None
     if isinstance(path, pa.Buffer):
         where = "<sidecar buffer>"
         sidecar_path = None
@@ -190,6 +197,7 @@ def load_sidecar(
             raise ManifestError(f"{where}: no such sidecar") from error
         except (pa.ArrowException, OSError) as error:
             raise ManifestError(f"{where}: cannot map sidecar: {error}") from error
+        file_stat = _stat_of(source)
     try:
         reader = ipc.open_file(source)
         header = _parse_header(reader.schema, where)
@@ -208,17 +216,32 @@ def load_sidecar(
         if reason is not None:
             raise ManifestError(f"{where}: sidecar does not match the dataset: {reason}")
 
-    cameras = tuple(str(c) for c in header.get("cameras", ()))
+    cameras = header.get("cameras", ())
+    if not isinstance(cameras, list) or not all(isinstance(c, str) for c in cameras):
+        raise ManifestError(f"{where}: sidecar header's cameras are not a list of keys")
+    cameras = tuple(cameras)
     episodes = column_array(batch, "episode.index", where)
-    if identity.episodes is not None and not np.array_equal(episodes, identity.episodes.ids()):
+    if episodes.dtype != np.int64 or episodes.ndim != 1:
+        raise ManifestError(f"{where}: column 'episode.index' is {episodes.dtype}, not int64")
+    # counted before the runs are expanded: a header may claim 2**62 episodes
+    if identity.episodes is not None and (
+        identity.episodes.count != len(episodes)
+        or not np.array_equal(episodes, identity.episodes.ids())
+    ):
         raise ManifestError(
             f"{where}: the sidecar's episode column is not the subset its header records "
             f"({identity.episodes.describe()})"
         )
+    if len(episodes) > 1 and not (np.diff(episodes) > 0).all():
+        raise ManifestError(f"{where}: the sidecar's episode column is not ascending")
     shape = (len(episodes), len(cameras))
     spans: dict[str, np.ndarray] = {}
-    for name in SPAN_FIELDS:
+    for name, dtype in SPAN_FIELDS.items():
         flat = column_array(batch, f"span.{name}", where)
+        if flat.dtype != dtype:
+            raise ManifestError(
+                f"{where}: column 'span.{name}' is {flat.dtype}, expected {np.dtype(dtype)}"
+            )
         if flat.size != shape[0] * shape[1]:
             raise ManifestError(
                 f"{where}: column 'span.{name}' has {flat.size} values, expected "
@@ -228,7 +251,7 @@ def load_sidecar(
     files, samples = load_file_table(batch, where)
     # per file only: a mapped sidecar's sample pages are read when a file is used
     check_file_table(files, samples, where, per_sample=False)
-    return EpisodeManifest(
+    manifest = EpisodeManifest(
         identity=identity,
         cameras=cameras,
         episode_index=episodes,
@@ -238,11 +261,38 @@ def load_sidecar(
         origin=origin,
         sidecar_path=sidecar_path,
     )
+    manifest.sidecar_stat = file_stat
+    return manifest
 
 
-def _reopen_sidecar(path: str, identity: DatasetIdentity, origin: str) -> EpisodeManifest:
-    """Unpickling: map the same sidecar again and insist it is still the same dataset."""
+def _stat_of(source: pa.NativeFile) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime) of the file a sidecar was mapped from (the mapping's
+    own descriptor: whatever was renamed over its path since)."""
+    try:
+        stat = os.fstat(source.fileno())
+    except (OSError, pa.ArrowException):
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _reopen_sidecar(
+    path: str,
+    identity: DatasetIdentity,
+    origin: str,
+    checked: tuple[tuple[int, int, int, int] | None, np.ndarray | None] | None = None,
+) -> EpisodeManifest:
+    """Unpickling: map the same sidecar again and insist it is still the file that was
+    checked when the dataset was opened (or, for a manifest never checked, of the same
+    dataset)."""
     manifest = load_sidecar(path, origin=origin)
     if manifest.identity != identity:
         raise ManifestError(f"{path}: the sidecar was replaced by one for another dataset")
+    stat, ends = checked if checked is not None else (None, None)
+    if stat is not None and manifest.sidecar_stat != stat:
+        raise ManifestError(
+            f"{path}: the sidecar was replaced since the dataset was opened (and checked); "
+            "open it again"
+        )
+    if ends is not None:
+        manifest.set_span_ends(ends)
     return manifest

@@ -14,7 +14,7 @@ check is vectorised over files or samples.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,17 +22,19 @@ import pyarrow as pa
 
 from episodestream.errors import ManifestError
 from episodestream.manifest._manifest import TRACK_FIELD_KINDS
-from episodestream.mp4 import TrackIndex
+from episodestream.mp4 import MAX_DURATION, MAX_TIMESCALE, MAX_UNTABLED_SAMPLES, TrackIndex
 from episodestream.storage import FileInfo
 
 __all__ = [
     "FILE_COLUMNS",
     "assemble_tracks",
+    "check_file_samples",
     "check_file_table",
     "column_array",
     "file_table_columns",
     "file_table_track",
     "load_file_table",
+    "max_track_samples",
     "numeric_column",
     "one_row",
     "one_row_batch",
@@ -45,6 +47,11 @@ _BOOL_MARK = {b"numpy_dtype": b"bool"}
 FILE_COLUMNS = ("path", "camera", "etag", "last_modified", "size", "sample_bounds")
 # dtype each per-sample array must load as (the MP4 layer's; any other array: int64)
 _SAMPLE_DTYPES: dict[str, type] = {"keyframes": np.bool_}
+# ranges of the MP4 fields a table holds (stsz / stts 32-bit, ctts signed 32-bit, ...)
+_U16_MAX = (1 << 16) - 1
+_U32_MAX = (1 << 32) - 1
+_S32_MIN, _S32_MAX = -(1 << 31), (1 << 31) - 1
+_MAX_EDIT_TICKS = 1 << 62
 
 
 def one_row(values: pa.Array) -> pa.Array:
@@ -159,6 +166,57 @@ def _fail(where: str, message: str) -> ManifestError:
     return ManifestError(f"{where}: {message}")
 
 
+def max_track_samples(file_size: int | np.ndarray) -> int | np.ndarray:
+    """Most samples a track can have in a file of ``file_size`` bytes: its moov lies inside
+    the file and tables at least half a byte per sample (``stz2`` with 4-bit sizes), or
+    gives one size for up to ``MAX_UNTABLED_SAMPLES``."""
+    return 2 * file_size + MAX_UNTABLED_SAMPLES
+
+
+def _bad_scalars(values: list[Any], accept: Callable[[Any], bool]) -> int | None:
+    """Position of the first value ``accept`` refuses, or None."""
+    for i, value in enumerate(values):
+        if not accept(value):
+            return i
+    return None
+
+
+def _int_in(low: int, high: int, *, nullable: bool = False) -> Callable[[Any], bool]:
+    def accept(value: Any) -> bool:
+        if value is None:
+            return nullable
+        return type(value) is int and low <= value <= high
+
+    return accept
+
+
+# per-file scalar columns: what a value must be to have come from parse_moov and a store
+_SCALAR_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "camera": (lambda v: isinstance(v, str) and bool(v), "a camera key"),
+    "etag": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "last_modified": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "track_id": (_int_in(0, _U32_MAX), "an integer in [0, 2**32)"),
+    "timescale": (_int_in(1, MAX_TIMESCALE), f"an integer in [1, {MAX_TIMESCALE}]"),
+    "duration": (_int_in(0, MAX_DURATION), "an integer in [0, 2**63)"),
+    "width": (_int_in(0, _U16_MAX), "an integer in [0, 65535]"),
+    "height": (_int_in(0, _U16_MAX), "an integer in [0, 65535]"),
+    "codec": (lambda v: isinstance(v, str) and len(v) == 4, "a four-character code"),
+    "stsd": (
+        lambda v: (
+            isinstance(v, bytes)
+            and len(v) >= 16
+            and int.from_bytes(v[:4], "big") == len(v)
+            and v[4:8] == b"stsd"
+        ),
+        "one whole 'stsd' box",
+    ),
+    "presentation_start": (
+        _int_in(0, _MAX_EDIT_TICKS, nullable=True),
+        "null or an integer in [0, 2**62]",
+    ),
+}
+
+
 def check_file_table(
     files: Mapping[str, Any],
     samples: Mapping[str, np.ndarray],
@@ -166,14 +224,17 @@ def check_file_table(
     *,
     per_sample: bool,
 ) -> None:
-    """Refuse a file table whose contents cannot describe real files.
+    """Refuse a file table whose contents cannot describe real files, as ``parse_moov``
+    and a store would have described them.
 
     Always (cost per file): every ``file.*`` column has one value per file, the sample
     bounds start at 0, never decrease and end at the sample arrays' length, paths are
-    strings, sizes are not negative, timescales positive, arrays of the expected dtypes.
-    With ``per_sample`` (cost per sample: for tables about to be used whole, not for a
-    mapped sidecar whose pages are read on demand): every file has samples, every sample
-    lies inside its file's bytes, and decode times never decrease within a file.
+    strings, sizes are not negative, each file holds no more samples than its bytes can
+    table (:func:`max_track_samples`), and every scalar is of its type and range (timescale
+    in [1, 2**31), duration and edit times in int64, dimensions 16-bit, a whole ``stsd``
+    box, ...). With ``per_sample`` (cost per sample: for tables about to be used whole, not
+    for a mapped sidecar whose pages are read on demand; see :func:`check_file_samples`):
+    the checks of :func:`check_file_samples` for every file.
 
     Raises:
         ManifestError: naming ``where``, the column and the first offending file.
@@ -205,39 +266,123 @@ def check_file_table(
     bad = np.flatnonzero(sizes < 0)
     if bad.size:
         raise _fail(where, f"{paths[int(bad[0])]}: recorded size {int(sizes[bad[0]])} bytes")
-    if "timescale" in files:
-        timescales = np.asarray(files["timescale"], dtype=object)
-        bad = np.flatnonzero([not isinstance(t, int) or t <= 0 for t in timescales])
-        if bad.size:
-            raise _fail(where, f"{paths[int(bad[0])]}: timescale {timescales[bad[0]]!r}")
-    if not per_sample or num_files == 0:
+    counts = np.diff(bounds)
+    bad = np.flatnonzero(counts > max_track_samples(sizes))
+    if bad.size:
+        first = int(bad[0])
+        raise _fail(
+            where,
+            f"{paths[first]}: {int(counts[first])} samples in a {int(sizes[first])}-byte file "
+            "(more than its bytes can table)",
+        )
+    for name, (accept, wanted) in _SCALAR_RULES.items():
+        if name not in files:
+            continue
+        first_bad = _bad_scalars(list(files[name]), accept)
+        if first_bad is not None:
+            raise _fail(
+                where,
+                f"{paths[first_bad]}: column 'file.{name}' must hold {wanted}, got "
+                f"{_shown(files[name][first_bad])}",
+            )
+    if per_sample:
+        check_file_samples(files, samples, where)
+
+
+def check_file_samples(
+    files: Mapping[str, Any],
+    samples: Mapping[str, np.ndarray],
+    where: str,
+    *,
+    file: int | None = None,
+) -> None:
+    """The per-sample checks of a file table (one file's, or every file's), vectorised:
+    what ``parse_moov`` makes true of every track it returns.
+
+    Every file has samples; every sample lies inside its file's bytes, sized as ``stsz``
+    sizes them (32 bits); decode times start at 0 and step forward by at most 2**32 - 1
+    ticks (``stts``); composition offsets are signed 32-bit (``ctts``); presentation times
+    are decode time + composition offset + one constant per file (the edit list's), which
+    is 0 without an edit list and at most its ``presentation_start`` with one. Call after
+    :func:`check_file_table` (it checks the shapes and scalars these rely on).
+
+    Raises:
+        ManifestError: naming ``where``, the file and the first offending sample.
+    """
+    paths = files["path"]
+    all_bounds = np.asarray(files["sample_bounds"])
+    first_file, end_file = (0, len(paths)) if file is None else (file, file + 1)
+    if end_file <= first_file:
         return
+    bounds = all_bounds[first_file : end_file + 1]
+    lo, hi = int(bounds[0]), int(bounds[-1])
     counts = np.diff(bounds)
     bad = np.flatnonzero(counts == 0)
     if bad.size:
-        raise _fail(where, f"{paths[int(bad[0])]}: the video track has no samples")
-    file_of_sample = np.repeat(np.arange(num_files), counts)
-    offsets, lengths = samples["offsets"], samples["sizes"]
+        raise _fail(where, f"{paths[first_file + int(bad[0])]}: the video track has no samples")
+    local = np.repeat(np.arange(len(counts)), counts)  # file of each sample, from 0
+    starts = bounds[:-1] - lo  # each file's first sample, in the slice
+
+    def name_sample(position: int) -> str:
+        f = int(local[position])
+        return f"{paths[first_file + f]}: sample {position - int(starts[f])}"
+
+    file_sizes = np.asarray(files["size"])[first_file:end_file]
+    offsets, lengths = samples["offsets"][lo:hi], samples["sizes"][lo:hi]
     ends = offsets + lengths
     outside = np.flatnonzero(
-        (offsets < 0) | (lengths < 0) | (ends > sizes[file_of_sample]) | (ends < offsets)
+        (offsets < 0)
+        | (lengths < 0)
+        | (lengths > _U32_MAX)
+        | (ends > file_sizes[local])
+        | (ends < offsets)
     )
     if outside.size:
         first = int(outside[0])
-        path = paths[int(file_of_sample[first])]
         raise _fail(
             where,
-            f"{path}: sample {first - int(bounds[file_of_sample[first]])} lies at bytes "
-            f"{int(offsets[first])}-{int(ends[first]) - 1}, outside the file "
-            f"({outside.size} samples do)",
+            f"{name_sample(first)} lies at bytes {int(offsets[first])}-{int(ends[first]) - 1}, "
+            f"outside the file ({outside.size} samples do)",
         )
-    steps = np.diff(samples["dts"])
-    starts = bounds[1:-1] - 1  # steps from one file's last sample to the next file's first
-    backwards = np.flatnonzero(steps < 0)
-    backwards = backwards[~np.isin(backwards, starts)]
-    if backwards.size:
-        path = paths[int(file_of_sample[int(backwards[0])])]
-        raise _fail(where, f"{path}: decode times go backwards")
+    dts = samples["dts"][lo:hi]
+    bad = np.flatnonzero(dts[starts] != 0)
+    if bad.size:
+        raise _fail(where, f"{paths[first_file + int(bad[0])]}: decode times do not start at 0")
+    steps = np.diff(dts)
+    across = np.zeros(len(steps), dtype=bool)  # one file's last sample to the next's first
+    across[starts[1:] - 1] = True
+    wrong = np.flatnonzero(((steps < 0) | (steps > _U32_MAX)) & ~across)
+    if wrong.size:
+        raise _fail(where, f"{name_sample(int(wrong[0]) + 1)}: decode times go backwards or jump")
+    cts = samples["cts_offset"][lo:hi]
+    wrong = np.flatnonzero((cts < _S32_MIN) | (cts > _S32_MAX))
+    if wrong.size:
+        raise _fail(where, f"{name_sample(int(wrong[0]))}: composition offset beyond 32 bits")
+    # pts = dts + cts - media_start + empty_edit: one constant per file
+    shift = samples["pts"][lo:hi] - dts - cts
+    wrong = np.flatnonzero(shift != shift[starts][local])
+    if wrong.size:
+        raise _fail(
+            where, f"{name_sample(int(wrong[0]))}: presentation time contradicts its decode time"
+        )
+    for f in range(len(counts)):
+        start = files["presentation_start"][first_file + f] if "presentation_start" in files else 0
+        constant = int(shift[starts[f]])
+        if (
+            constant < -_MAX_EDIT_TICKS
+            or (start is None and constant != 0)
+            or (start is not None and constant > start)
+        ):
+            raise _fail(
+                where,
+                f"{paths[first_file + f]}: presentation times are shifted by {constant} ticks, "
+                f"which its edit list (presentation start {start}) cannot do",
+            )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} chars)"
 
 
 def file_table_track(

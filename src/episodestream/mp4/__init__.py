@@ -12,7 +12,14 @@ from episodestream.mp4._boxes import (
 )
 from episodestream.mp4._clip import clip_frame_times, clip_header, clip_size, write_clip
 from episodestream.mp4._file import Clip, clip_file
-from episodestream.mp4._index import TrackIndex, parse_moov
+from episodestream.mp4._framing import check_sample_framing, sample_framing
+from episodestream.mp4._index import (
+    MAX_DURATION,
+    MAX_TIMESCALE,
+    MAX_UNTABLED_SAMPLES,
+    TrackIndex,
+    parse_moov,
+)
 from episodestream.mp4._locate import (
     MoovLocation,
     locate_moov,
@@ -27,12 +34,16 @@ from episodestream.mp4._plan import (
 __all__ = [
     "DEFAULT_TOLERANCE_S",
     "MAX_BOX_DEPTH",
+    "MAX_DURATION",
+    "MAX_TIMESCALE",
+    "MAX_UNTABLED_SAMPLES",
     "Box",
     "Clip",
     "FieldReader",
     "MoovLocation",
     "SpanPlan",
     "TrackIndex",
+    "check_sample_framing",
     "clip_file",
     "clip_frame_times",
     "clip_header",
@@ -42,6 +53,7 @@ __all__ = [
     "locate_moov",
     "parse_moov",
     "plan_span",
+    "sample_framing",
     "walk_boxes",
     "write_clip",
 ]

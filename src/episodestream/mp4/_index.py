@@ -14,11 +14,18 @@ import numpy as np
 from episodestream.errors import Mp4FormatError, UnsupportedMp4Error
 from episodestream.mp4._boxes import Box, FieldReader, find_child, iter_boxes
 
-__all__ = ["MAX_UNTABLED_SAMPLES", "TrackIndex", "parse_moov"]
+__all__ = ["MAX_DURATION", "MAX_TIMESCALE", "MAX_UNTABLED_SAMPLES", "TrackIndex", "parse_moov"]
 
 #: Most samples accepted when ``stsz`` gives one size for all (no per-sample table backs
 #: the count); tabled sizes are bounded by the bytes of the table itself.
 MAX_UNTABLED_SAMPLES = 1 << 20
+#: Largest media timescale accepted (FFmpeg reads mdhd's as a signed 32-bit int).
+MAX_TIMESCALE = (1 << 31) - 1
+#: Largest media duration in ticks (an int64 wherever it is stored).
+MAX_DURATION = (1 << 63) - 1
+_U32_MAX = (1 << 32) - 1
+_U64_MAX = (1 << 64) - 1
+_MAX_EDIT_TICKS = 1 << 62
 
 # Sample entry fourccs of video codecs whose tracks we index.
 _VISUAL_ENTRY_MIN_BYTES = 86  # 8-byte header + 78 bytes of VisualSampleEntry fields
@@ -38,7 +45,7 @@ class TrackIndex:
 
     track_id: int
     timescale: int  # media timescale (ticks per second)
-    duration: int  # media duration in ticks (mdhd)
+    duration: int  # media duration in ticks (mdhd; 0 when it says unknown)
     width: int
     height: int
     codec: str  # sample entry fourcc: 'av01', 'avc1', 'hvc1', 'hev1', ...
@@ -201,6 +208,16 @@ def _parse_trak(data: bytes | memoryview, trak: Box, tid: int, movie_timescale: 
     duration = r.u64("duration") if version == 1 else r.u32("duration")
     if timescale == 0:
         raise mdhd.error("media timescale is 0")
+    if timescale > MAX_TIMESCALE:
+        # FFmpeg reads it as a signed 32-bit int and falls back to 1: its times would not
+        # be these
+        raise UnsupportedMp4Error(
+            f"{mdhd.path}: media timescale {timescale} is above {MAX_TIMESCALE}"
+        )
+    if duration == (_U64_MAX if version == 1 else _U32_MAX):
+        duration = 0  # all ones: unknown (ISO 14496-12 8.4.2.3), as FFmpeg reads it
+    elif duration > MAX_DURATION:
+        raise mdhd.error(f"media duration {duration} does not fit 63 bits")
 
     minf = find_child(data, mdia, "minf", depth=3)
     stbl = find_child(data, minf, "stbl", depth=4)
@@ -498,6 +515,11 @@ def _parse_edits(
             raise elst.error("empty edit with a movie timescale of 0")
         # FFmpeg rescales with av_rescale: round half away from zero.
         empty = (empty * timescale + movie_timescale // 2) // movie_timescale
+    # presentation times are int64 ticks: offsets this large are no encoder's, and would
+    # wrap them
+    for name, value in (("media_time", media), ("empty edit", empty)):
+        if value > _MAX_EDIT_TICKS:
+            raise elst.error(f"{name} of {value} ticks is beyond 2**62")
     return media, empty
 
 

@@ -43,6 +43,7 @@ def locate_moov(
     *,
     first_probe: int = DEFAULT_FIRST_PROBE_BYTES,
     tail_probe: int = DEFAULT_TAIL_PROBE_BYTES,
+    max_moov_bytes: int | None = None,
 ) -> MoovLocation:
     """Walk the top-level boxes with as few reads as possible and return the ``moov``.
 
@@ -56,10 +57,13 @@ def locate_moov(
         file_size: size of the file in bytes.
         first_probe: bytes of the first read (at least 16).
         tail_probe: most bytes of each later read at a box header (at least first_probe).
+        max_moov_bytes: the largest ``moov`` accepted; a bigger one is refused from its
+            header, before its bytes are read (None: up to the file's size).
 
     Raises:
         Mp4FormatError: no ``moov``, a box header that runs past the file, or a short read.
-        UnsupportedMp4Error: a fragmented file (``moof`` before any ``moov``).
+        UnsupportedMp4Error: a fragmented file (``moof`` before any ``moov``), or a
+            ``moov`` larger than ``max_moov_bytes`` (the cap is named).
     """
     if file_size < 8:
         raise Mp4FormatError(f"file of {file_size} bytes is too small to hold an MP4 box")
@@ -120,6 +124,11 @@ def locate_moov(
                 )
             )
         if box_type == "moov":
+            if max_moov_bytes is not None and size > max_moov_bytes:
+                raise UnsupportedMp4Error(
+                    f"moov box of {size} bytes at offset {pos} is larger than the "
+                    f"{max_moov_bytes}-byte cap (max_moov_bytes); not read"
+                )
             # Keep what is already in hand; read only the rest of the box.
             have = buf[rel : rel + size] if buf_start <= pos else b""
             if len(have) < size:

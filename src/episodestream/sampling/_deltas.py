@@ -14,10 +14,25 @@ from numpy.typing import ArrayLike
 
 from episodestream.errors import SamplingError
 
-__all__ = ["DEFAULT_DELTA_TOLERANCE_S", "DeltaQuery", "delta_frame_offsets", "delta_query"]
+__all__ = [
+    "DEFAULT_DELTA_TOLERANCE_S",
+    "MAX_DELTA_FRAMES",
+    "MAX_DELTA_OFFSETS",
+    "DeltaQuery",
+    "delta_frame_offsets",
+    "delta_query",
+]
 
 DEFAULT_DELTA_TOLERANCE_S = 1e-4
 """LeRobot's default tolerance for timestamps, in seconds."""
+
+MAX_DELTA_OFFSETS = 1024
+"""Most offsets one key may ask for: every sample reads (and decodes, for a camera) one
+frame per offset, so the count sizes each sample's arrays (policies ask for up to ~100)."""
+
+MAX_DELTA_FRAMES = 1 << 31
+"""Farthest an offset may reach, in frames (about 2 years at 30 fps): frame indices plus
+offsets stay far inside int64."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,7 +69,9 @@ def delta_frame_offsets(
         ``{key: int64 array of frame offsets}`` in the given order.
 
     Raises:
-        SamplingError: (a ``ValueError``) naming the key and the offending offset.
+        SamplingError: (a ``ValueError``) naming the key and the offending offset; more
+            than :data:`MAX_DELTA_OFFSETS` offsets for a key, or one more than
+            :data:`MAX_DELTA_FRAMES` frames away.
     """
     if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not fps > 0:
         raise SamplingError(f"fps must be a positive number, got {fps!r}")
@@ -76,17 +93,25 @@ def delta_frame_offsets(
             )
         if len(offsets) == 0:
             raise SamplingError(f"delta_timestamps[{key!r}] is empty")
+        if len(offsets) > MAX_DELTA_OFFSETS:
+            raise SamplingError(
+                f"delta_timestamps[{key!r}] holds {len(offsets)} offsets; at most "
+                f"{MAX_DELTA_OFFSETS} (MAX_DELTA_OFFSETS: each sample reads a frame per offset)"
+            )
         frames = []
         for offset in list(offsets):
-            if (
-                isinstance(offset, bool)
-                or not isinstance(offset, numbers.Real)
-                or not math.isfinite(float(offset))
-            ):
+            seconds = _finite_seconds(offset)
+            if seconds is None:
                 raise SamplingError(
-                    f"delta_timestamps[{key!r}] holds {offset!r}, not a finite number of seconds"
+                    f"delta_timestamps[{key!r}] holds {_shown(offset)}, not a finite number "
+                    "of seconds"
                 )
-            scaled = float(offset) * fps
+            scaled = seconds * fps
+            if not abs(scaled) <= MAX_DELTA_FRAMES:  # also inf: a finite offset times fps
+                raise SamplingError(
+                    f"delta_timestamps[{key!r}] offset {seconds!r} s is {scaled:.3g} frames "
+                    f"away; at most {MAX_DELTA_FRAMES} (MAX_DELTA_FRAMES)"
+                )
             nearest = round(scaled)
             if abs(scaled - nearest) / fps > tolerance_s:
                 raise SamplingError(
@@ -96,6 +121,24 @@ def delta_frame_offsets(
             frames.append(nearest)
         result[key] = np.asarray(frames, dtype=np.int64)
     return result
+
+
+def _finite_seconds(offset: object) -> float | None:
+    """``offset`` as float seconds; None unless a finite real number (bools, and ints too
+    large for a float, included)."""
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Real):
+        return None
+    try:
+        seconds = float(offset)
+    except (OverflowError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def delta_query(
