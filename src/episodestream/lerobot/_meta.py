@@ -15,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodestream.errors import DatasetFormatError, NotFound, StorageError
+from episodestream.errors import DatasetFormatError, EpisodeStreamError, NotFound, StorageError
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, parse_features
 from episodestream.lerobot._paths import check_template, resolve_template
 from episodestream.lerobot._rangefile import open_arrow_file
-from episodestream.storage import ListableReader, RangeReader
+from episodestream.storage import ListableReader, RangeReader, reads_within, redact_url
 
 __all__ = [
     "INFO_PATH",
@@ -614,6 +614,33 @@ def is_v2_version(version: object) -> bool:
 
 
 def load_dataset_meta(
+    reader: RangeReader,
+    *,
+    root: str | None = None,
+    revision: str | None = None,
+    load_stats: bool = True,
+) -> DatasetMeta:
+    """Read and validate the metadata of the LeRobot dataset behind ``reader`` (see
+    :func:`_read_dataset_meta`), all of it within the reader's ``timeouts.open_seconds``
+    (every read, retry and wait together, on every thread: ``storage.reads_within``).
+
+    Raises:
+        DatasetFormatError: missing or invalid content, naming the file and field.
+        StorageError: the store itself failed; :class:`~episodestream.StorageTimeout` when
+            reading took longer than ``open_seconds``.
+    """
+    shown = redact_url(root if root is not None else reader.root)
+    with reads_within(reader, what=f"reading the metadata of {shown}") as deadline:
+        try:
+            return _read_dataset_meta(reader, root=root, revision=revision, load_stats=load_stats)
+        except TimeoutError as error:
+            if isinstance(error, EpisodeStreamError):
+                raise
+            # a wait on the metadata threads ran out (their reads end by the deadline)
+            raise deadline.error() from error
+
+
+def _read_dataset_meta(
     reader: RangeReader,
     *,
     root: str | None = None,

@@ -96,6 +96,7 @@ from episodestream.storage._transport import (
     Transport,
     TransportFactory,
     TransportOptions,
+    exchange_deadline,
 )
 from episodestream.storage._urls import origin_of, redact_url
 from episodestream.storage._wire import WireTransport
@@ -260,6 +261,7 @@ class HttpRangeReader(BaseRangeReader):
                 "_metrics",
                 "_rng",
                 "_retrier",
+                "_deadline",
             }
         }
         with self._lock:
@@ -319,6 +321,10 @@ class HttpRangeReader(BaseRangeReader):
     @property
     def base_url(self) -> str:
         return self._base_url
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
 
     @property
     def root(self) -> str:
@@ -553,8 +559,13 @@ class HttpRangeReader(BaseRangeReader):
         """One GET through the transport, its body left unread; transport failures become
         ``Retry`` (or, where retrying cannot help, a typed error).
 
-        Waits first while the host's quota gate is closed (a 429 announced its window)."""
-        if HOST_GATES.remaining(url) > 0:
+        Waits first while the host's quota gate is closed (a 429 announced its window). An
+        operation's deadline (``_deadline.py``) bounds that wait and the exchange."""
+        deadline = self._deadline
+        gate = HOST_GATES.remaining(url)
+        if gate > 0:
+            if deadline is not None and not deadline.allows_wait(gate):
+                raise deadline.error()
             waited = HOST_GATES.wait(url, self._stop)
             self._metrics.add("quota_wait_seconds", waited)
             if self._stop.is_set():
@@ -563,7 +574,11 @@ class HttpRangeReader(BaseRangeReader):
         headers = {**base, **extra} if extra else base
         started = time.perf_counter()
         try:
-            response = self._transport.get(url, headers)
+            if deadline is None:
+                response = self._transport.get(url, headers)
+            else:
+                with exchange_deadline(deadline.expires):
+                    response = self._transport.get(url, headers)
         except Exception as error:
             failure = send_failure(error, url, self._timeouts, self._limits)
             if failure is None:
@@ -615,6 +630,7 @@ class HttpRangeReader(BaseRangeReader):
         while done < end - offset:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
+            self._check_deadline()
             start = offset + done
             if own is not None and own[1:] == (start, end):
                 url, reused = own[0], False
@@ -950,6 +966,7 @@ class HttpRangeReader(BaseRangeReader):
         while True:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
+            self._check_deadline()
             try:
                 response = self._send(url)
                 self._metrics.add("lookups")
