@@ -48,6 +48,10 @@ WHOLE_FILE_MAX_BYTES = 1 << 20
 TIMESTAMP_TOLERANCE_FRAMES = 0.25
 # bound on waiting for the metadata files (each read is bounded by the reader's timeouts)
 META_TIMEOUT_S = 600.0
+# plain HTTP cannot list meta/episodes: the walk over file indices refuses the folder after
+# this many files without rows (LeRobot writes none; a server answering every index with one
+# would keep the walk going)
+MAX_EMPTY_EPISODE_FILES = 8
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -292,7 +296,9 @@ def _episode_files(reader: RangeReader, total_episodes: int) -> list[tuple[str, 
     A listable store is listed. Plain HTTP cannot list, so walk chunk and file indices from
     0, moving to the next chunk at the first missing file and stopping at a missing first
     file of a chunk — or as soon as ``total_episodes`` rows are in hand, which spares the
-    final 404 probe.
+    final 404 probe. The walk is bounded: ``total_episodes`` files (each holds an episode at
+    least) and :data:`MAX_EMPTY_EPISODE_FILES` files without rows; past either, a
+    :class:`DatasetFormatError` naming the folder.
     """
     found: list[tuple[str, pa.Table]] = []
     if isinstance(reader, ListableReader):
@@ -308,15 +314,23 @@ def _episode_files(reader: RangeReader, total_episodes: int) -> list[tuple[str, 
         return found
     rows = 0
     chunk = 0
+    empty = 0
     while rows < total_episodes:
         file = 0
         while rows < total_episodes:
+            if len(found) >= total_episodes or empty > MAX_EMPTY_EPISODE_FILES:
+                raise DatasetFormatError(
+                    f"{EPISODES_DIR}: {len(found)} files ({found[0][0]} to {found[-1][0]}) "
+                    f"hold {rows} of the {total_episodes} episodes {INFO_PATH} announces, "
+                    f"{empty} of them no rows at all: not a LeRobot episodes folder"
+                )
             path = EPISODES_TEMPLATE.format(chunk_index=chunk, file_index=file)
             table = read_parquet(reader, path, required=False)
             if table is None:
                 break
             found.append((path, table))
             rows += table.num_rows
+            empty += table.num_rows == 0
             file += 1
         if file == 0:
             break
