@@ -398,14 +398,15 @@ def test_skipping_to_a_range_at_a_trickle_fails_at_the_minimum_rate_deadline(tri
     # has come only after 3.2 s
     with (
         HttpRangeReader(trickle.url, retry=ONCE, timeouts=QUICK) as reader,
-        pytest.raises(StorageTimeout, match="skipping to byte 131000 slower than"),
+        # the wire's rule (the exchange as a whole) or the skip's own check, whichever first
+        pytest.raises(StorageTimeout, match="slower than"),
     ):
         reader.read("blob.bin", 131_000, 10)
 
 
 def test_a_small_document_at_a_trickle_fails_at_the_deadline_naming_its_url(trickle):
     with HttpRangeReader(trickle.url, retry=ONCE, timeouts=QUICK) as reader:
-        with pytest.raises(StorageTimeout, match="body slower than the attempt deadline") as raised:
+        with pytest.raises(StorageTimeout, match="slower than") as raised:
             # 128 KiB: the deadline is 2 s, half the body has come only after 3.2 s
             reader._get_document(f"{trickle.url}/api/doc.json?sig=SECRET", max_bytes=128 * 1024)
         assert f"{trickle.url}/api/doc.json" in str(raised.value)
@@ -424,7 +425,9 @@ def falls_silent() -> _TrickleServer:
 def test_skipping_through_a_body_that_falls_silent_is_a_timeout(falls_silent):
     with (
         HttpRangeReader(falls_silent.url, retry=ONCE, timeouts=QUICK) as reader,
-        pytest.raises(StorageTimeout, match=r"no data for 0\.5 s while skipping") as raised,
+        # silent within the read timeout, but the exchange's own deadline (0.5 s + 2 KiB at
+        # 64 KiB/s from the request) comes sooner and ends the wait
+        pytest.raises(StorageTimeout, match=r"slower than allowed.* while skipping") as raised,
     ):
         reader.read("blob.bin", 131_000, 10)
     assert isinstance(raised.value.__cause__, TimeoutError)
@@ -432,7 +435,7 @@ def test_skipping_through_a_body_that_falls_silent_is_a_timeout(falls_silent):
 
 def test_a_small_document_that_falls_silent_is_a_timeout(falls_silent):
     with HttpRangeReader(falls_silent.url, retry=ONCE, timeouts=QUICK) as reader:
-        with pytest.raises(StorageTimeout, match=r"no data for 0\.5 s") as raised:
+        with pytest.raises(StorageTimeout, match=r"slower than allowed") as raised:
             reader._get_document(f"{falls_silent.url}/api/doc.json", max_bytes=128 * 1024)
         assert f"{falls_silent.url}/api/doc.json" in str(raised.value)
 

@@ -83,7 +83,7 @@ def test_idle_liveness_check_works_for_descriptors_above_1024():
     ours, peer = socket.socketpair()
     high = fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1500)  # select() cannot watch fd >= 1024
     ours.close()
-    connection = _Connection(socket.socket(fileno=high))
+    connection = _Connection(socket.socket(fileno=high), read_timeout=5.0)
     try:
         assert connection.sock.fileno() >= 1024
         assert not connection.dropped()  # alive and quiet: kept

@@ -338,6 +338,10 @@ def test_redirect_target_resolves(location: str, expected: str) -> None:
         ("ftp://cdn.example/a", "non-HTTP"),
         ("javascript:alert(1)", "non-HTTP"),
         ("https://[::1/a", "invalid URL"),  # an unterminated IPv6 literal
+        ("http://127.0.0.1:99999/", "invalid port"),  # urllib would raise ValueError later
+        ("http://cdn.example:port/a", "invalid port"),
+        ("https://[::1]:70000/a", "invalid port"),
+        ("http://:80/a", "without a host"),
     ],
 )
 def test_redirect_target_refuses(location: str | None, message: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodestream import LocationError
+from episodestream import ConfigError, LocationError, StorageError
 from episodestream.storage import (
     FsspecRangeReader,
     HttpRangeReader,
@@ -44,6 +44,54 @@ def test_http_urls_are_normalized_and_never_carry_queries():
     with pytest.raises(LocationError) as info:
         Location.parse("https://user:secret@h/x?sig=abc")
     assert "secret" not in str(info.value) and "abc" not in str(info.value)
+
+
+def test_credentials_in_an_http_root_are_kept_apart_and_never_shown():
+    location = Location.parse("https://trainer:p%40ss%3Aword@Example.org:8443/data/set/")
+    assert location.path == location.url == "https://Example.org:8443/data/set"
+    assert location.credentials == ("trainer", "p@ss:word")
+    assert "p@ss" not in repr(location) and "trainer" not in repr(location)
+    # where the data is, not who asks: equal to the same root without credentials
+    assert location == Location.parse("https://Example.org:8443/data/set")
+    assert location.join("meta/info.json").credentials == ("trainer", "p@ss:word")
+    assert Location.parse("https://@h/x").credentials is None
+    assert Location.parse("http://user@h/x").credentials == ("user", "")
+
+
+def test_credentials_in_an_http_root_go_as_basic_auth_to_its_origin_only():
+    reader = open_reader("http://trainer:s3cret@h.example/x")
+    assert isinstance(reader, HttpRangeReader)
+    assert reader.root == reader.base_url == "http://h.example/x"
+    assert "s3cret" not in repr(reader)
+    # "trainer:s3cret", base64
+    assert reader._headers_for("http://h.example/x/a") == {
+        "User-Agent": "episodestream/0.1",
+        "Accept-Encoding": "identity",
+        "Authorization": "Basic dHJhaW5lcjpzM2NyZXQ=",
+    }
+    assert "Authorization" not in reader._headers_for("http://cdn.example/a")
+    direct = HttpRangeReader("http://trainer:s3cret@h.example/x")
+    assert direct.root == "http://h.example/x"
+    assert direct._headers_for("http://h.example/x/a")["Authorization"].startswith("Basic ")
+    with pytest.raises(ConfigError, match="one of them") as info:
+        HttpRangeReader("http://trainer:s3cret@h.example/x", token="tok")
+    assert "s3cret" not in str(info.value)
+    with pytest.raises(ConfigError, match="one of them"):
+        open_reader("http://trainer:s3cret@h.example/x", headers={"authorization": "Bearer x"})
+
+
+def test_a_password_in_an_fsspec_url_is_refused():
+    with pytest.raises(LocationError, match="storage_options") as info:
+        Location.parse("ftp://trainer:s3cret@files.example/data")
+    assert "s3cret" not in str(info.value)
+    # a user part without a password is how some stores name a container (adlfs)
+    azure = Location.parse("abfs://container@account.dfs.core.windows.net/data")
+    assert azure.path == "container@account.dfs.core.windows.net/data"
+
+
+def test_an_http_reader_refuses_an_invalid_port_as_a_storage_error():
+    with pytest.raises(StorageError, match="invalid port"):
+        HttpRangeReader("http://127.0.0.1:99999/x")
 
 
 def test_hub_datasets_and_buckets():

@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodestream.errors import DatasetFormatError, NotFound, StorageError
+from episodestream.errors import DatasetFormatError, EpisodeStreamError, NotFound, StorageError
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, parse_features
 from episodestream.lerobot._json import parse_json, shown_value
 from episodestream.lerobot._paths import check_template, resolve_template
 from episodestream.lerobot._rangefile import open_arrow_file
-from episodestream.storage import ListableReader, RangeReader
+from episodestream.storage import ListableReader, RangeReader, reads_within, redact_url
 
 __all__ = [
     "INFO_PATH",
@@ -57,6 +57,10 @@ MAX_INFO_INT = (1 << 63) - 1
 #: of its bytes)
 MAX_INFO_BYTES = 4 << 20
 _FLOAT_INT_BITS = 1023  # an int of more bits overflows a float
+# plain HTTP cannot list meta/episodes: the walk over file indices refuses the folder after
+# this many files without rows (LeRobot writes none; a server answering every index with one
+# would keep the walk going)
+MAX_EMPTY_EPISODE_FILES = 8
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -332,7 +336,9 @@ def _episode_files(reader: RangeReader, total_episodes: int) -> list[tuple[str, 
     A listable store is listed. Plain HTTP cannot list, so walk chunk and file indices from
     0, moving to the next chunk at the first missing file and stopping at a missing first
     file of a chunk — or as soon as ``total_episodes`` rows are in hand, which spares the
-    final 404 probe.
+    final 404 probe. The walk is bounded: ``total_episodes`` files (each holds an episode at
+    least) and :data:`MAX_EMPTY_EPISODE_FILES` files without rows; past either, a
+    :class:`DatasetFormatError` naming the folder.
     """
     found: list[tuple[str, pa.Table]] = []
     if isinstance(reader, ListableReader):
@@ -348,15 +354,23 @@ def _episode_files(reader: RangeReader, total_episodes: int) -> list[tuple[str, 
         return found
     rows = 0
     chunk = 0
+    empty = 0
     while rows < total_episodes:
         file = 0
         while rows < total_episodes:
+            if len(found) >= total_episodes or empty > MAX_EMPTY_EPISODE_FILES:
+                raise DatasetFormatError(
+                    f"{EPISODES_DIR}: {len(found)} files ({found[0][0]} to {found[-1][0]}) "
+                    f"hold {rows} of the {total_episodes} episodes {INFO_PATH} announces, "
+                    f"{empty} of them no rows at all: not a LeRobot episodes folder"
+                )
             path = EPISODES_TEMPLATE.format(chunk_index=chunk, file_index=file)
             table = read_parquet(reader, path, required=False)
             if table is None:
                 break
             found.append((path, table))
             rows += table.num_rows
+            empty += table.num_rows == 0
             file += 1
         if file == 0:
             break
@@ -670,6 +684,33 @@ def is_v2_version(version: object) -> bool:
 
 
 def load_dataset_meta(
+    reader: RangeReader,
+    *,
+    root: str | None = None,
+    revision: str | None = None,
+    load_stats: bool = True,
+) -> DatasetMeta:
+    """Read and validate the metadata of the LeRobot dataset behind ``reader`` (see
+    :func:`_read_dataset_meta`), all of it within the reader's ``timeouts.open_seconds``
+    (every read, retry and wait together, on every thread: ``storage.reads_within``).
+
+    Raises:
+        DatasetFormatError: missing or invalid content, naming the file and field.
+        StorageError: the store itself failed; :class:`~episodestream.StorageTimeout` when
+            reading took longer than ``open_seconds``.
+    """
+    shown = redact_url(root if root is not None else reader.root)
+    with reads_within(reader, what=f"reading the metadata of {shown}") as deadline:
+        try:
+            return _read_dataset_meta(reader, root=root, revision=revision, load_stats=load_stats)
+        except TimeoutError as error:
+            if isinstance(error, EpisodeStreamError):
+                raise
+            # a wait on the metadata threads ran out (their reads end by the deadline)
+            raise deadline.error() from error
+
+
+def _read_dataset_meta(
     reader: RangeReader,
     *,
     root: str | None = None,

@@ -18,6 +18,7 @@ from episodestream.storage._config import (
     RetryPolicy,
     Timeouts,
 )
+from episodestream.storage._deadline import Deadline, reads_within
 from episodestream.storage._fsspec import FsspecRangeReader
 from episodestream.storage._hostgate import (
     RATE_LIMIT_DIR_ENV,
@@ -44,6 +45,7 @@ __all__ = [
     "RATE_LIMIT_DIR_ENV",
     "RETRYABLE_STATUSES",
     "BaseRangeReader",
+    "Deadline",
     "FileInfo",
     "FsspecRangeReader",
     "HttpRangeReader",
@@ -65,6 +67,7 @@ __all__ = [
     "normalize_relative_path",
     "open_reader",
     "publish_file",
+    "reads_within",
     "redact_url",
     "reset_rate_limits",
     "share_rate_limits",

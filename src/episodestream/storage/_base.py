@@ -10,11 +10,14 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from episodestream._closing import Closing
 from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, LocationError
+
+if TYPE_CHECKING:
+    from episodestream.storage._deadline import Deadline
 
 __all__ = [
     "DEFAULT_READ_FILE_MAX_BYTES",
@@ -235,7 +238,12 @@ class BaseRangeReader(Closing, abc.ABC):
     :meth:`_after_fork_in_child` exactly once. ``with reader:`` closes it (:class:`Closing`).
     Datasets take a reader of this class
     (``reader=``); layers above storage type against :class:`RangeReader`.
+
+    ``_deadline``: the deadline of an operation in progress through this reader (opening a
+    dataset: ``_deadline.reads_within``), checked by the backends' reads; never pickled.
     """
+
+    _deadline: Deadline | None = None
 
     def __init__(self) -> None:
         self._track_forks()
@@ -288,6 +296,12 @@ class BaseRangeReader(Closing, abc.ABC):
     def close(self) -> None:
         """Release sockets and join threads; idempotent. Nothing to do by default."""
         return None
+
+    def _check_deadline(self) -> None:
+        """Raise the deadline's StorageTimeout once the operation in progress is out of time."""
+        deadline = self._deadline
+        if deadline is not None:
+            deadline.check()
 
     # ------------------------------------------------------------------ fork handling
 

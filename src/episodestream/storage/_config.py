@@ -26,6 +26,9 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+# no timeout beyond this (eleven days): sockets refuse a timeout past 2**31 s or so, and a
+# longer one is a typo, not a wish
+MAX_TIMEOUT_SECONDS = 1e6
 
 # Statuses that say "try again" rather than "you asked for the wrong thing" (RFC 9110, 6585, 8470).
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -33,22 +36,30 @@ RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429, 500, 502, 503, 50
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Time bounds of one HTTP exchange, in seconds.
+    """Time bounds of the network readers, in seconds.
 
     Args:
         connect_seconds: TCP (and TLS) connection set-up.
         read_seconds: longest wait for any bytes: the response headers, the first body byte,
-            and every later chunk. A server slower than this counts as a failed attempt.
+            and every later chunk. A server slower than this counts as a failed attempt. An
+            exchange as a whole (1xx replies, head and body) may take this long plus the time
+            its bytes take at 64 KiB/s, no longer.
         pool_seconds: longest wait for a free connection when the per-host pool is full.
+        open_seconds: opening a dataset: reading its metadata (``meta/info.json``, the
+            episodes, tasks and stats files) — every request, retry and wait of it together.
+            Past it, a :class:`~episodestream.StorageTimeout` naming it.
     """
 
     connect_seconds: float = 10.0
     read_seconds: float = 30.0
     pool_seconds: float = 120.0
+    open_seconds: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("connect_seconds", "read_seconds", "pool_seconds"):
-            check_number(f"Timeouts.{name}", getattr(self, name), above=0)
+        for name in ("connect_seconds", "read_seconds", "pool_seconds", "open_seconds"):
+            check_number(
+                f"Timeouts.{name}", getattr(self, name), above=0, maximum=MAX_TIMEOUT_SECONDS
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from episodestream.errors import (
     InvalidResponse,
@@ -42,6 +43,9 @@ from episodestream.storage._transport import (
     ProxyUnreachable,
 )
 from episodestream.storage._urls import redact_url
+
+if TYPE_CHECKING:
+    from episodestream.storage._deadline import Deadline
 
 __all__ = ["FailureLog", "Retrier", "Retry", "send_failure", "status_failure"]
 
@@ -201,6 +205,10 @@ class Retrier:
         reader = self.owner()
         return "the reader" if reader is None else repr(reader)
 
+    def _deadline(self) -> Deadline | None:
+        """The deadline of the operation the owner serves now (``_deadline.py``), if any."""
+        return getattr(self.owner(), "_deadline", None)
+
     def after_failure(
         self, label: str, start: int, end: int, attempt: int, started: float, failure: Retry
     ) -> None:
@@ -212,8 +220,15 @@ class Retrier:
         with self.lock:
             delay = self.retry.next_delay(attempt, self.rng, failure.retry_after)
         retrying = self.retry.should_retry(attempt, elapsed, delay)
+        deadline = self._deadline()
+        out_of_time = deadline is not None and not deadline.allows_wait(delay if retrying else 0)
+        retrying = retrying and not out_of_time
         self.metrics.add("retries" if retrying else "failures")
         self.log.write(label, start, end, attempt, failure, delay if retrying else None)
+        if out_of_time:
+            assert deadline is not None
+            # the operation's deadline, not this read's policy, ends it: say which
+            raise deadline.error() from failure.error
         if not retrying:
             error = failure.error
             error.args = (f"{error} — gave up after {attempt} attempt(s) in {elapsed:.1f} s",)
@@ -234,6 +249,11 @@ class Retrier:
         wait = quota.wait_seconds or 0.0
         bound = self.retry.rate_limit_max_seconds
         self.metrics.add("rate_limited")
+        deadline = self._deadline()
+        if deadline is not None and not deadline.allows_wait(wait):
+            self.metrics.add("failures")
+            self.log.write(label, start, end, limited, failure, None)
+            raise deadline.error() from failure.error
         giving_up = wait > bound or limited > MAX_QUOTA_WAITS
         self.log.write(label, start, end, limited, failure, None if giving_up else wait)
         if self.stop.is_set():

@@ -172,6 +172,10 @@ class FsspecRangeReader(BaseRangeReader):
     def root(self) -> str:
         return self._location.url
 
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
+
     def _filesystem(self) -> tuple[Any, str]:
         with self._lock:
             if self._closed:
@@ -200,6 +204,7 @@ class FsspecRangeReader(BaseRangeReader):
             return self._fs, self._root
 
     def _full(self, path: str) -> tuple[Any, str, str]:
+        self._check_deadline()  # an operation's deadline (opening a dataset), if any
         fs, root = self._filesystem()
         clean = normalize_relative_path(path)
         return fs, (f"{root}/{clean}" if clean else root), clean
@@ -234,7 +239,11 @@ class FsspecRangeReader(BaseRangeReader):
         timeouts = self._timeouts
         rounds = max(1, math.ceil(requests / self._max_concurrency))
         per_round = timeouts.pool_seconds + timeouts.connect_seconds + timeouts.read_seconds
-        return rounds * per_round + body_deadline_seconds(timeouts.read_seconds, nbytes)
+        bound = rounds * per_round + body_deadline_seconds(timeouts.read_seconds, nbytes)
+        deadline = self._deadline
+        if deadline is not None:  # never past an operation's deadline (opening a dataset)
+            bound = max(0.001, min(bound, deadline.remaining()))
+        return bound
 
     def _sync(self, fs: Any, where: str, seconds: float, function: Any, *args: Any) -> Any:
         """Run coroutine ``function(*args)`` on the filesystem's event loop (fsspec's own
@@ -244,6 +253,7 @@ class FsspecRangeReader(BaseRangeReader):
         try:
             return fsspec.asyn.sync(fs.loop, function, *args, timeout=seconds)
         except fsspec.asyn.FSTimeoutError as error:
+            self._check_deadline()  # the operation's deadline cut it short: say so
             raise StorageTimeout(
                 f"{where}: no answer from the store within {seconds:.0f} s"
             ) from error

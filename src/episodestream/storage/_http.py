@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from episodestream.errors import (
+    ConfigError,
     ConfigTypeError,
     InvalidResponse,
     RangeNotSupported,
@@ -88,6 +89,7 @@ from episodestream.storage._httprules import (
     target_is_fresh,
     unsatisfied_total,
 )
+from episodestream.storage._location import Location
 from episodestream.storage._ratelimit import MAX_QUOTA_WAITS
 from episodestream.storage._redirects import REDIRECT_HOSTS
 from episodestream.storage._runner import TrackedPool, run_bounded, shut_down
@@ -96,8 +98,9 @@ from episodestream.storage._transport import (
     Transport,
     TransportFactory,
     TransportOptions,
+    exchange_deadline,
 )
-from episodestream.storage._urls import origin_of, redact_url
+from episodestream.storage._urls import basic_authorization, origin_of, redact_url, split_userinfo
 from episodestream.storage._wire import WireTransport
 
 __all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
@@ -144,8 +147,10 @@ class HttpRangeReader(BaseRangeReader):
     """Exact byte ranges of the files under an HTTP(S) base URL.
 
     Args:
-        base_url: the dataset root, e.g. ``"https://host/datasets/x"``; a file's URL is
-            ``base_url + "/" + quote(path)``.
+        base_url: the dataset root, e.g. ``"https://host/datasets/x"`` (or its parsed
+            :class:`Location`); a file's URL is ``base_url + "/" + quote(path)``. A
+            ``user:password@`` in it is sent as Basic auth to its origin only and never kept
+            in the URL the reader shows (``root``, ``base_url``, messages).
         token: sent as ``Authorization: Bearer …`` to the base URL's origin only.
         headers: extra request headers, treated as credentials: sent to the base URL's origin
             only, never after a redirect to another host.
@@ -167,7 +172,7 @@ class HttpRangeReader(BaseRangeReader):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Location,
         *,
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
@@ -180,11 +185,21 @@ class HttpRangeReader(BaseRangeReader):
         seed: int | None = None,
         transport: TransportFactory = WireTransport,
     ) -> None:
-        if not isinstance(base_url, str):
+        if isinstance(base_url, Location):
+            if base_url.kind != "http":
+                raise StorageError(f"not an http(s) URL: {base_url.url!r}")
+            base_url, userinfo = base_url.path, base_url.credentials
+        elif isinstance(base_url, str):
+            base_url, userinfo = split_userinfo(base_url)
+        else:
             raise ConfigTypeError(f"base_url must be a str URL, got {type(base_url).__name__}")
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StorageError(f"not an http(s) URL: {redact_url(base_url)!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a port out of range or not a number
+        except ValueError as error:
+            raise StorageError(f"invalid port in {redact_url(base_url)!r}: {error}") from None
         self._base_url = base_url.rstrip("/")
         if token is not None and (isinstance(token, bool) or not isinstance(token, str)):
             # True/False mean "look one up" / "send none" for hf:// roots only
@@ -206,6 +221,13 @@ class HttpRangeReader(BaseRangeReader):
         credentials = dict(headers or {})
         if token:
             credentials["Authorization"] = f"Bearer {token}"
+        if userinfo is not None:
+            if any(name.lower() == "authorization" for name in credentials):
+                raise ConfigError(
+                    f"{redact_url(base_url)!r}: credentials in the URL (user:password@) and a "
+                    "token or Authorization header: give one of them"
+                )
+            credentials["Authorization"] = basic_authorization(*userinfo)
         self._credentials = credentials
         self._auth_origin = origin_of(self._base_url)
         self._timeouts = timeouts
@@ -260,6 +282,7 @@ class HttpRangeReader(BaseRangeReader):
                 "_metrics",
                 "_rng",
                 "_retrier",
+                "_deadline",
             }
         }
         with self._lock:
@@ -319,6 +342,10 @@ class HttpRangeReader(BaseRangeReader):
     @property
     def base_url(self) -> str:
         return self._base_url
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
 
     @property
     def root(self) -> str:
@@ -553,8 +580,13 @@ class HttpRangeReader(BaseRangeReader):
         """One GET through the transport, its body left unread; transport failures become
         ``Retry`` (or, where retrying cannot help, a typed error).
 
-        Waits first while the host's quota gate is closed (a 429 announced its window)."""
-        if HOST_GATES.remaining(url) > 0:
+        Waits first while the host's quota gate is closed (a 429 announced its window). An
+        operation's deadline (``_deadline.py``) bounds that wait and the exchange."""
+        deadline = self._deadline
+        gate = HOST_GATES.remaining(url)
+        if gate > 0:
+            if deadline is not None and not deadline.allows_wait(gate):
+                raise deadline.error()
             waited = HOST_GATES.wait(url, self._stop)
             self._metrics.add("quota_wait_seconds", waited)
             if self._stop.is_set():
@@ -563,7 +595,11 @@ class HttpRangeReader(BaseRangeReader):
         headers = {**base, **extra} if extra else base
         started = time.perf_counter()
         try:
-            response = self._transport.get(url, headers)
+            if deadline is None:
+                response = self._transport.get(url, headers)
+            else:
+                with exchange_deadline(deadline.expires):
+                    response = self._transport.get(url, headers)
         except Exception as error:
             failure = send_failure(error, url, self._timeouts, self._limits)
             if failure is None:
@@ -615,6 +651,7 @@ class HttpRangeReader(BaseRangeReader):
         while done < end - offset:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
+            self._check_deadline()
             start = offset + done
             if own is not None and own[1:] == (start, end):
                 url, reused = own[0], False
@@ -950,6 +987,7 @@ class HttpRangeReader(BaseRangeReader):
         while True:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
+            self._check_deadline()
             try:
                 response = self._send(url)
                 self._metrics.add("lookups")

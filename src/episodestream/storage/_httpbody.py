@@ -13,7 +13,7 @@ from episodestream.errors import InvalidResponse, StorageError, StorageTimeout
 from episodestream.storage._failures import Retry
 from episodestream.storage._httpmetrics import Metrics
 from episodestream.storage._httprules import describe_error
-from episodestream.storage._transport import Response
+from episodestream.storage._transport import MIN_BYTES_PER_SECOND, ExchangeTooSlow, Response
 
 __all__ = ["body_deadline_seconds", "read_body", "read_small_body", "skip_body"]
 
@@ -25,8 +25,9 @@ _READ_CHUNK_BYTES = 64 * 1024
 _BODY_CALL_BYTES = 16 * 1024 * 1024
 _SKIP_CHUNK_BYTES = 64 * 1024
 # A body slower than this (after the first read timeout's worth of grace) fails the attempt,
-# so a trickling server cannot hold a read forever.
-_MIN_BODY_BYTES_PER_SECOND = 64 * 1024
+# so a trickling server cannot hold a read forever (checked here between read calls; the
+# wire also bounds each call: ``_transport.py``, "Deadlines").
+_MIN_BODY_BYTES_PER_SECOND = MIN_BYTES_PER_SECOND
 
 
 def body_deadline_seconds(read_seconds: float, wanted: int) -> float:
@@ -76,7 +77,7 @@ def read_body(
     except TimeoutError as error:
         failure = Retry(
             StorageTimeout(
-                f"{where}: no data for {read_seconds} s after {position} of {wanted} bytes"
+                f"{where}: {_silence(error, read_seconds)} after {position} of {wanted} bytes"
             )
         )
         failure.__cause__ = error
@@ -143,7 +144,9 @@ def read_small_body(
                 return None
     except TimeoutError as error:  # before OSError, its base: a silent server is a timeout
         if strict:
-            silent = StorageTimeout(f"{where}: no data for {read_seconds} s ({total} bytes read)")
+            silent = StorageTimeout(
+                f"{where}: {_silence(error, read_seconds)} ({total} bytes read)"
+            )
             raise Retry(silent) from error
         return None
     except (OSError, ValueError) as error:
@@ -180,9 +183,16 @@ def skip_body(
                 )
     except TimeoutError as error:  # before OSError, its base: a silent server is a timeout
         silent = StorageTimeout(
-            f"{where}: no data for {read_seconds} s while skipping ({skipped} bytes skipped)"
+            f"{where}: {_silence(error, read_seconds)} while skipping ({skipped} bytes skipped)"
         )
         raise Retry(silent) from error
     except (OSError, ValueError) as error:
         raise Retry(StorageError(f"{where}: {describe_error(error)}")) from error
     return skipped
+
+
+def _silence(error: TimeoutError, read_seconds: float) -> str:
+    """What a timed-out body read says: no data at all, or data too slow (the wire's)."""
+    if isinstance(error, ExchangeTooSlow):
+        return str(error)
+    return f"no data for {read_seconds} s"

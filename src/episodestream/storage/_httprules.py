@@ -246,7 +246,8 @@ def redirect_target(url: str, location: str | None) -> str:
     """The absolute URL a redirect from ``url`` points at, or :class:`AnswerError`.
 
     Refused: no ``Location``; one with control characters or whitespace (checked before any
-    parsing, which would drop some of them silently); a target that is not http(s).
+    parsing, which would drop some of them silently); a target that is not http(s), names no
+    host or an invalid port (``http://host:99999/``).
     """
     if not location:
         raise AnswerError("redirect without Location")
@@ -257,11 +258,19 @@ def redirect_target(url: str, location: str | None) -> str:
         )
     try:
         target = urllib.parse.urljoin(url, location)
-        scheme = urllib.parse.urlsplit(target).scheme
+        parts = urllib.parse.urlsplit(target)
     except ValueError as error:  # e.g. an invalid IPv6 literal
         raise AnswerError(f"redirect to an invalid URL {redact_url(location)[:120]!r}") from error
-    if scheme not in ("http", "https"):
+    if parts.scheme not in ("http", "https"):
         raise AnswerError(f"redirect to a non-HTTP URL {redact_url(target)!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a port out of range or not a number
+    except ValueError as error:
+        raise AnswerError(
+            f"redirect to a URL with an invalid port {redact_url(target)[:120]!r}"
+        ) from error
+    if not parts.hostname:
+        raise AnswerError(f"redirect to a URL without a host {redact_url(target)[:120]!r}")
     return target
 
 

@@ -6,12 +6,13 @@ import os
 import posixpath
 import re
 import urllib.parse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from episodestream.errors import LocationError
 from episodestream.storage._base import normalize_relative_path
 from episodestream.storage._urls import redact_url as _redact
+from episodestream.storage._urls import split_userinfo
 
 __all__ = ["Location", "LocationKind"]
 
@@ -42,6 +43,10 @@ class Location:
         repo_id: hub only: ``"org/name"``.
         revision: hub datasets only: the branch, tag or commit asked for (``None``: the default
             branch); buckets have none.
+        credentials: http(s) only: ``(user, password)`` from a root written
+            ``http://user:password@host/…``, sent as Basic auth to that origin by the reader
+            and nowhere else. Kept apart from ``path``/``url`` (which never hold them), out of
+            ``repr`` and of comparisons: a location is where the data is, not who asks.
     """
 
     kind: LocationKind
@@ -50,6 +55,7 @@ class Location:
     repo_type: Literal["datasets", "buckets"] | None = None
     repo_id: str | None = None
     revision: str | None = None
+    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, root: str | os.PathLike[str] | Location) -> Location:
@@ -81,6 +87,12 @@ class Location:
         rest = rest.rstrip("/")
         if not rest:
             raise LocationError(f"{root!r} names no bucket or path after {protocol}://")
+        if _has_password(root):
+            # fsspec would keep it in the URL we show and key caches by: refuse it here
+            raise LocationError(
+                f"{_redact(root)!r}: a password in an fsspec URL would be kept in cache keys "
+                "and messages; pass it in reader_options' storage_options instead"
+            )
         return cls("fsspec", protocol, rest)
 
     @classmethod
@@ -94,6 +106,8 @@ class Location:
 
     @classmethod
     def _parse_http(cls, root: str, protocol: str) -> Location:
+        # user:password@ is for the request only (Basic auth): never in path, url or repr
+        root, credentials = split_userinfo(root)
         parts = urllib.parse.urlsplit(root)
         if not parts.hostname:
             raise LocationError(f"URL {_redact(root)!r} has no host")
@@ -105,7 +119,7 @@ class Location:
             raise LocationError(f"URL {_redact(root)!r} has an invalid port") from error
         path = parts.path.rstrip("/")
         url = urllib.parse.urlunsplit((protocol, parts.netloc, path, "", ""))
-        return cls("http", protocol, url)
+        return cls("http", protocol, url, credentials=credentials)
 
     @classmethod
     def _parse_hub(cls, root: str, rest: str) -> Location:
@@ -175,6 +189,13 @@ class Location:
         if self.kind == "hub":
             return replace(self, path=posixpath.join(self.path, clean) if self.path else clean)
         return replace(self, path=f"{self.path}/{clean}")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return urllib.parse.urlsplit(url).password is not None
+    except ValueError:
+        return False
 
 
 def _split_revision(text: str) -> tuple[str, str]:

@@ -57,7 +57,7 @@ def open_reader(
         from episodestream.storage._http import HttpRangeReader
 
         check_options("open_reader(http(s) URL)", given, _option_names(HttpRangeReader))
-        return HttpRangeReader(parsed.path, **given)
+        return HttpRangeReader(parsed, **given)  # its credentials, if any, go as Basic auth
     if parsed.kind == "hub":
         from episodestream.storage._hub import HubRangeReader
 

@@ -18,22 +18,37 @@ What a transport raises, so that the reader classes failures the same for every 
 - :class:`ProtocolError`: a malformed or truncated response head;
 - ``ssl.SSLCertVerificationError``: a certificate that does not verify (never retried);
 - ``TimeoutError``: no bytes within ``timeouts.connect_seconds`` / ``read_seconds``;
+  :class:`ExchangeTooSlow` (a ``TimeoutError``) for an exchange that bytes kept arriving on
+  but too slowly (see "Deadlines" below);
 - ``ValueError``: a request target or header it refuses to send (control characters);
 - ``OSError``: anything else on the connection.
 
 A response's body read may raise ``TimeoutError``, ``OSError`` or ``ValueError``, and a body
 shorter than announced reads as fewer bytes, then ``b""``.
+
+Deadlines. A per-wait timeout does not bound an exchange: a server sending one byte just
+inside each timeout (or ``103 Early Hints`` without end) keeps it going for ever. So the
+exchange as a whole — request, every 1xx reply, the head and the body — must end within
+``timeouts.read_seconds`` plus the time its bytes take at :data:`MIN_BYTES_PER_SECOND`, and
+by the instant :func:`exchange_deadline` names when the reader sets one (an operation's
+deadline, such as opening a dataset: ``_deadline.py``). The default wire enforces both at
+every socket wait; a transport that cannot is bounded by its own timeouts and by the reader's
+checks between attempts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, Self
 
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Timeouts
 
 __all__ = [
+    "MIN_BYTES_PER_SECOND",
+    "ExchangeTooSlow",
     "PoolTimeout",
     "ProtocolError",
     "ProxyRefused",
@@ -42,11 +57,44 @@ __all__ = [
     "Transport",
     "TransportFactory",
     "TransportOptions",
+    "current_exchange_deadline",
+    "exchange_deadline",
 ]
+
+# An exchange (head and body) slower than this on average, after a read timeout's worth of
+# grace, has failed: a trickling server cannot hold a read for ever.
+MIN_BYTES_PER_SECOND = 64 * 1024
+
+# The instant (``time.monotonic()``) by which the exchanges sent in this context must end.
+_EXCHANGE_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "episodestream_exchange_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def exchange_deadline(expires: float | None) -> Iterator[None]:
+    """Within the block, a transport's ``get`` bounds the exchange it starts (head and body,
+    read later on the same connection) by ``expires`` (``time.monotonic()``); ``None``: no
+    deadline beyond the exchange's own."""
+    token = _EXCHANGE_DEADLINE.set(expires)
+    try:
+        yield
+    finally:
+        _EXCHANGE_DEADLINE.reset(token)
+
+
+def current_exchange_deadline() -> float | None:
+    """What :func:`exchange_deadline` set for the exchange about to start, if anything."""
+    return _EXCHANGE_DEADLINE.get()
 
 
 class ProtocolError(Exception):
     """A malformed or truncated HTTP response head; the connection is unusable."""
+
+
+class ExchangeTooSlow(TimeoutError):
+    """Bytes kept coming, but the exchange passed its deadline: slower than the minimum rate,
+    more 1xx replies than the head allows time for, or past the deadline the reader set."""
 
 
 class PoolTimeout(Exception):

@@ -1,10 +1,12 @@
-"""URL helpers shared by the network readers: redaction for messages, origins for auth."""
+"""URL helpers shared by the network readers: redaction for messages, origins for auth,
+credentials taken out of a URL before it is kept anywhere."""
 
 from __future__ import annotations
 
+import base64
 import urllib.parse
 
-__all__ = ["origin_of", "redact_url"]
+__all__ = ["basic_authorization", "origin_of", "redact_url", "split_userinfo"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -26,3 +28,27 @@ def origin_of(url: str) -> tuple[str, str, int]:
     scheme = parts.scheme.lower()
     port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
     return scheme, (parts.hostname or "").lower(), port
+
+
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its ``user:password@`` part, and that pair percent-decoded (``None``
+    when the URL has none, or an empty one). The query and fragment are kept as they are.
+
+    Credentials in a root URL are for the request only: what is kept — roots, labels, cache
+    keys, sidecar identities, messages — is the URL this returns.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    clean = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    user, _, password = userinfo.partition(":")
+    if not user and not password:
+        return clean, None
+    return clean, (urllib.parse.unquote(user), urllib.parse.unquote(password))
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """An ``Authorization`` value for HTTP Basic auth (RFC 7617, UTF-8)."""
+    pair = f"{user}:{password}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")

@@ -8,8 +8,11 @@ with one ``BufferedReader.read(n)``, which fills a fresh ``bytes`` straight from
 
 Scope, deliberately small: GET only, no request bodies, no compression (we send
 ``Accept-Encoding: identity``), HTTP/1.0 and 1.1 responses, Content-Length, chunked and
-close-delimited bodies, 1xx responses skipped. TLS through :mod:`ssl` with certificate and
-host-name checks on by default. Everything that waits is bounded by a socket timeout.
+close-delimited bodies, 1xx responses skipped (at most :data:`MAX_INTERIM_RESPONSES`). TLS
+through :mod:`ssl` with certificate and host-name checks on by default. Every wait is bounded
+by a socket timeout, and every exchange as a whole — request, 1xx replies, head and body — by
+its deadline (``_transport.py``, "Deadlines"): each socket read goes through
+:class:`_SocketStream`, which shortens the wait to what the deadline leaves.
 
 Through an http proxy (``_proxy.py`` decides which): https origins are reached through a
 ``CONNECT`` tunnel (TLS end to end, the proxy sees only the host and port), http origins by
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import re
 import select
 import socket
@@ -33,15 +37,19 @@ from collections.abc import Callable, Iterator, Mapping
 from episodestream.storage._proxy import Proxy, proxy_for
 from episodestream.storage._tls import client_context
 from episodestream.storage._transport import (
+    MIN_BYTES_PER_SECOND,
+    ExchangeTooSlow,
     PoolTimeout,
     ProtocolError,
     ProxyRefused,
     ProxyUnreachable,
     TransportOptions,
+    current_exchange_deadline,
 )
 from episodestream.storage._urls import origin_of
 
 __all__ = [
+    "MAX_INTERIM_RESPONSES",
     "Headers",
     "PoolTimeout",
     "ProxyRefused",
@@ -54,6 +62,9 @@ __all__ = [
 
 _MAX_LINE_BYTES = 64 * 1024
 _MAX_HEADERS = 200
+# 1xx replies (100 Continue, 103 Early Hints) skipped before the answer; more is a server
+# stalling with them (they count against the exchange's deadline as well)
+MAX_INTERIM_RESPONSES = 16
 _READ_BUFFER_BYTES = 256 * 1024
 _RECHECK_IDLE_SECONDS = 1.0
 # Never sent: a CR or LF would end the request line or a header early (request smuggling).
@@ -93,12 +104,81 @@ class Headers(Mapping[str, str]):
         return f"Headers({self._items!r})"
 
 
+class _SocketStream(io.RawIOBase):
+    """The raw stream under a connection's buffered reader: ``recv_into``, each wait bounded
+    by the read timeout and by what the current exchange's deadline leaves.
+
+    An exchange may take ``read_timeout`` plus the time its bytes take at
+    :data:`MIN_BYTES_PER_SECOND` (counted from :meth:`begin`), and never runs past the
+    deadline the reader set for it. Past either, a read raises :class:`ExchangeTooSlow`. Pure
+    Python like the ``socket.SocketIO`` it stands in for, so a read costs no more; bodies are
+    still read by one ``BufferedReader.read(n)`` straight into a fresh ``bytes``.
+    """
+
+    def __init__(self, sock: socket.socket, read_timeout: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._read_timeout = read_timeout
+        self._waiting = read_timeout  # the socket's timeout now: set again only on change
+        self._started = time.monotonic()
+        self._received = 0
+        self._deadline: float | None = None
+
+    def begin(self, deadline: float | None) -> None:
+        """An exchange starts now (its request is about to go), to end by ``deadline``
+        (``time.monotonic()``) at the latest."""
+        self._started = time.monotonic()
+        self._received = 0
+        self._deadline = deadline
+        if self._waiting != self._read_timeout:  # shortened near the last one's deadline
+            self._sock.settimeout(self._read_timeout)
+            self._waiting = self._read_timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        allowed = self._started + self._read_timeout + self._received / MIN_BYTES_PER_SECOND
+        deadline = self._deadline
+        imposed = deadline is not None and deadline < allowed
+        if imposed:
+            allowed = deadline  # type: ignore[assignment]
+        left = allowed - time.monotonic()
+        if left <= 0:
+            raise self._too_slow(imposed)
+        wait = left if left < self._read_timeout else self._read_timeout
+        if wait != self._waiting:
+            self._sock.settimeout(wait)
+            self._waiting = wait
+        try:
+            count = self._sock.recv_into(buffer)
+        except TimeoutError as error:
+            if wait < self._read_timeout:  # the deadline, not the read timeout, ran out
+                raise self._too_slow(imposed) from error
+            raise
+        self._received += count
+        return count
+
+    def _too_slow(self, imposed: bool) -> ExchangeTooSlow:
+        elapsed = time.monotonic() - self._started
+        got = f"{self._received} bytes in {elapsed:.1f} s"
+        if imposed:
+            why = "the deadline set for it passed"
+        else:
+            why = (
+                f"it took longer than a {self._read_timeout:g} s read timeout's grace plus "
+                f"{MIN_BYTES_PER_SECOND // 1024} KiB/s"
+            )
+        return ExchangeTooSlow(f"the exchange was slower than allowed: {why} ({got})")
+
+
 class _Connection:
     """One socket to one origin, with a buffered reader for response heads and bodies."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, read_timeout: float) -> None:
         self.sock = sock
-        self.reader = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
+        self.stream = _SocketStream(sock, read_timeout)
+        self.reader = io.BufferedReader(self.stream, _READ_BUFFER_BYTES)
         self.idle_since = time.monotonic()
 
     def close(self) -> None:
@@ -306,16 +386,18 @@ class WirePool:
             if authorization is not None:
                 self._proxy_headers.append(f"Proxy-Authorization: {authorization}")
 
-    def _connect(self) -> _Connection:
+    def _connect(self, deadline: float | None) -> _Connection:
         started = time.perf_counter()
+        connect_timeout = _within(self._connect_timeout, deadline)
         if self.proxy is None:
-            sock = socket.create_connection((self.host, self.port), timeout=self._connect_timeout)
+            sock = socket.create_connection((self.host, self.port), timeout=connect_timeout)
         else:
-            sock = self._connect_proxy(self.proxy)
+            sock = self._connect_proxy(self.proxy, connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.proxy is not None and self.scheme == "https":
                 self._tunnel(sock, self.proxy)
+                sock.settimeout(connect_timeout)  # the TLS handshake's, as without a proxy
             if self._ssl_context is not None:
                 sock = self._ssl_context.wrap_socket(sock, server_hostname=self.host)
             sock.settimeout(self._read_timeout)
@@ -324,11 +406,11 @@ class WirePool:
             raise
         if self._on_connect is not None:
             self._on_connect(time.perf_counter() - started)
-        return _Connection(sock)
+        return _Connection(sock, self._read_timeout)
 
-    def _connect_proxy(self, proxy: Proxy) -> socket.socket:
+    def _connect_proxy(self, proxy: Proxy, connect_timeout: float) -> socket.socket:
         try:
-            return socket.create_connection((proxy.host, proxy.port), timeout=self._connect_timeout)
+            return socket.create_connection((proxy.host, proxy.port), timeout=connect_timeout)
         except OSError as error:
             raise ProxyUnreachable(
                 f"cannot connect to the proxy {proxy.label}: {type(error).__name__}: "
@@ -339,7 +421,8 @@ class WirePool:
         """Open a ``CONNECT`` tunnel to the origin through ``sock`` (connected to the proxy).
 
         The answer is read with ``recv`` up to its blank line and no further: nothing may be
-        left in a buffer, since the origin's TLS bytes follow on the same socket.
+        left in a buffer, since the origin's TLS bytes follow on the same socket. The whole
+        answer must come within the connect timeout (a proxy trickling it cannot hold us).
         """
         host_text = f"[{self.host}]" if ":" in self.host else self.host
         authority = f"{host_text}:{self.port}"  # CONNECT always names the port
@@ -347,12 +430,17 @@ class WirePool:
         authorization = proxy.authorization()
         if authorization is not None:
             lines.append(f"Proxy-Authorization: {authorization}")
+        answer_by = time.monotonic() + self._connect_timeout
         try:
             sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             head = b""
             while not head.endswith(b"\r\n\r\n"):
                 if len(head) > _MAX_LINE_BYTES:
                     raise WireError(f"the proxy {proxy.label} sent an oversized CONNECT answer")
+                left = answer_by - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("CONNECT answer too slow")
+                sock.settimeout(left)
                 # one byte at a time: the answer is short, and never read past its end
                 byte = sock.recv(1)
                 if not byte:
@@ -386,11 +474,12 @@ class WirePool:
                 status,
             )
 
-    def _take(self) -> tuple[_Connection, bool]:
+    def _take(self, deadline: float | None) -> tuple[_Connection, bool]:
         """A connection (reused or new) holding a slot: (connection, reused)."""
-        if not self._slots.acquire(timeout=self._pool_timeout):
+        pool_timeout = _within(self._pool_timeout, deadline)
+        if not self._slots.acquire(timeout=pool_timeout):
             raise PoolTimeout(
-                f"no free connection to {self.host}:{self.port} within {self._pool_timeout} s"
+                f"no free connection to {self.host}:{self.port} within {pool_timeout:g} s"
             )
         try:
             while True:
@@ -399,7 +488,7 @@ class WirePool:
                         raise OSError("connection pool is closed")
                     connection = self._idle.pop() if self._idle else None
                 if connection is None:
-                    return self._lend(self._connect()), False
+                    return self._lend(self._connect(deadline)), False
                 # Only a connection idle for a while is worth a liveness check: a server drops
                 # idle keep-alives after seconds, and a rare miss is caught by the stale retry.
                 if time.monotonic() - connection.idle_since < _RECHECK_IDLE_SECONDS:
@@ -438,7 +527,8 @@ class WirePool:
         """Send ``GET target`` and read the response head; the body is left to the caller.
 
         A reused connection that turns out closed by the server before any answer byte is
-        replaced once by a new connection (a GET is safe to repeat).
+        replaced once by a new connection (a GET is safe to repeat). The exchange — this head
+        and the body read later — ends by the deadline the reader set (``_transport.py``).
         """
         if _UNSAFE_IN_TARGET.search(target):
             raise ValueError(f"request target with control characters or spaces: {target[:80]!r}")
@@ -449,9 +539,11 @@ class WirePool:
         lines += [f"{name}: {value}" for name, value in headers.items()]
         lines += self._proxy_headers
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        deadline = current_exchange_deadline()
         for _ in range(2):
-            connection, reused = self._take()
+            connection, reused = self._take(deadline)
             try:
+                connection.stream.begin(deadline)
                 try:
                     connection.sock.sendall(request)
                 except (BrokenPipeError, ConnectionResetError):
@@ -468,6 +560,7 @@ class WirePool:
 
     def _read_head(self, connection: _Connection) -> WireResponse:
         reader = connection.reader
+        interim = 0
         while True:
             try:
                 line = reader.readline(_MAX_LINE_BYTES + 1)
@@ -499,7 +592,15 @@ class WirePool:
             else:
                 raise WireError(f"more than {_MAX_HEADERS} response headers")
             if 100 <= status < 200:
-                continue  # 100 Continue, 103 Early Hints: the real answer follows
+                # 100 Continue, 103 Early Hints: the real answer follows (within the
+                # exchange's deadline, and after a bounded number of them)
+                interim += 1
+                if interim > MAX_INTERIM_RESPONSES:
+                    raise WireError(
+                        f"more than {MAX_INTERIM_RESPONSES} interim (1xx) responses before "
+                        "the answer"
+                    )
+                continue
             break
         declared_lengths = fields.get("content-length")
         if declared_lengths is not None and "," in declared_lengths:
@@ -571,6 +672,14 @@ class WirePool:
                 # the plain-socket shutdown, also under TLS: SSLSocket.shutdown would drop the
                 # TLS state under the reading thread's feet
                 socket.socket.shutdown(connection.sock, socket.SHUT_RDWR)
+
+
+def _within(seconds: float, deadline: float | None) -> float:
+    """``seconds``, or less when ``deadline`` (``time.monotonic()``) comes sooner; never 0
+    (a timeout of 0 would mean "do not wait" where the caller expects a timeout error)."""
+    if deadline is None:
+        return seconds
+    return max(0.001, min(seconds, deadline - time.monotonic()))
 
 
 class _StaleConnection(Exception):
