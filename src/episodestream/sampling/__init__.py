@@ -6,6 +6,16 @@ Everything here is a pure function of (seed, epoch, episode set, slot, pool para
 datasets layer detects the slot and owns the I/O.
 """
 
+from episodestream.sampling._arguments import (
+    MAX_COUNT,
+    MAX_DELTA_SECONDS,
+    MAX_EPISODE_INDEX,
+    MAX_LOADER_WORKERS,
+    MAX_SEED,
+    MAX_WORLD_SIZE,
+    check_delta_timestamps,
+    episode_selection,
+)
 from episodestream.sampling._deltas import (
     DeltaQuery,
     delta_frame_offsets,
@@ -37,6 +47,12 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_SPREAD",
     "DEFAULT_WINDOW_FRAMES",
+    "MAX_COUNT",
+    "MAX_DELTA_SECONDS",
+    "MAX_EPISODE_INDEX",
+    "MAX_LOADER_WORKERS",
+    "MAX_SEED",
+    "MAX_WORLD_SIZE",
     "DeltaQuery",
     "DrawBatch",
     "PoolEvent",
@@ -48,9 +64,11 @@ __all__ = [
     "WindowParams",
     "WindowSchedule",
     "WorkerSlot",
+    "check_delta_timestamps",
     "decoded_span",
     "delta_frame_offsets",
     "delta_query",
+    "episode_selection",
     "episodes_digest",
     "loader_consumption",
     "plan_shards",

@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from episodestream.errors import SamplingError
+from episodestream.sampling._arguments import MAX_COUNT
 from episodestream.sampling._validate import require_int
 
 __all__ = ["loader_consumption"]
@@ -38,8 +39,8 @@ def loader_consumption(
     Raises:
         SamplingError: ``samples_consumed`` is not on a batch boundary or exceeds the epoch.
     """
-    consumed = require_int("samples_consumed", samples_consumed, minimum=0)
-    batch_size = require_int("batch_size", batch_size, minimum=1)
+    consumed = require_int("samples_consumed", samples_consumed, minimum=0, maximum=MAX_COUNT)
+    batch_size = require_int("batch_size", batch_size, minimum=1, maximum=MAX_COUNT)
     totals = np.asarray(worker_totals)
     if totals.ndim != 1 or totals.size == 0 or not np.issubdtype(totals.dtype, np.integer):
         raise SamplingError(f"worker_totals must be a non-empty list of ints, got {totals!r}")

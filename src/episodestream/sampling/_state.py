@@ -25,7 +25,14 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from episodestream._checks import Bound, shown
 from episodestream.errors import SamplingError
+from episodestream.sampling._arguments import (
+    MAX_COUNT,
+    MAX_LOADER_WORKERS,
+    MAX_SEED,
+    MAX_WORLD_SIZE,
+)
 from episodestream.sampling._loader import loader_consumption
 from episodestream.sampling._slot import WorkerSlot
 from episodestream.sampling._validate import canonical_episodes, require_instance
@@ -107,17 +114,21 @@ class ResumeState:
     version: int = STATE_VERSION
 
     def __post_init__(self) -> None:
-        if self.kind not in _POSITION:
-            raise SamplingError(f"resume state kind {self.kind!r} is not 'rank' or 'worker'")
-        if self.unit not in ("episode", "window"):
-            raise SamplingError(f"resume state unit {self.unit!r} is not 'episode' or 'window'")
+        if not isinstance(self.kind, str) or self.kind not in _POSITION:
+            raise SamplingError(f"resume state kind {shown(self.kind)} is not 'rank' or 'worker'")
+        if not isinstance(self.unit, str) or self.unit not in ("episode", "window"):
+            raise SamplingError(
+                f"resume state unit {shown(self.unit)} is not 'episode' or 'window'"
+            )
         version = self._int("version", minimum=1)
         if version > STATE_VERSION:
             _refuse_newer(version)
-        for name in ("seed", "epoch", "rank"):
-            self._int(name, minimum=0)
-        for name in ("pool_size", "world_size", "num_workers"):
-            self._int(name, minimum=1)
+        self._int("seed", minimum=0, maximum=MAX_SEED)
+        for name in ("epoch", "rank"):
+            self._int(name, minimum=0, maximum=MAX_COUNT)
+        self._int("pool_size", minimum=1, maximum=MAX_COUNT)
+        self._int("world_size", minimum=1, maximum=MAX_WORLD_SIZE)
+        self._int("num_workers", minimum=1, maximum=MAX_LOADER_WORKERS)
         if self.rank >= self.world_size:
             raise SamplingError(
                 f"resume state rank={self.rank} is not below world_size={self.world_size}"
@@ -131,17 +142,17 @@ class ResumeState:
         for name in _WINDOW:
             self._belongs(name, self.unit == "window", f"unit {self.unit!r}")
             if self.unit == "window":
-                self._int(name, minimum=0 if name == "window_spread" else 1)
+                self._int(name, minimum=0 if name == "window_spread" else 1, maximum=MAX_COUNT)
         for kind, names in _POSITION.items():
             for name in names:
                 self._belongs(name, self.kind == kind, f"kind {self.kind!r}")
         if self.kind == "rank":
-            self._int("batch_size", minimum=1)
+            self._int("batch_size", minimum=1, maximum=MAX_COUNT)
             self._bool("drop_last")
-            self._int("samples_consumed", minimum=0)
+            self._int("samples_consumed", minimum=0, maximum=MAX_COUNT)
         else:
-            self._int("worker", minimum=0)
-            self._int("samples_yielded", minimum=0)
+            self._int("worker", minimum=0, maximum=MAX_COUNT)
+            self._int("samples_yielded", minimum=0, maximum=MAX_COUNT)
             if self.worker >= self.num_workers:
                 raise SamplingError(
                     f"resume state worker={self.worker} is not below num_workers={self.num_workers}"
@@ -149,12 +160,18 @@ class ResumeState:
 
     # ---- validation helpers: normalize numpy scalars to Python values in place -------------
 
-    def _int(self, name: str, *, minimum: int) -> int:
+    def _int(self, name: str, *, minimum: int, maximum: Bound | None = None) -> int:
         value = getattr(self, name)
         if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-            raise SamplingError(f"resume state {name} must be an int, got {value!r}")
+            raise SamplingError(f"resume state {name} must be an int, got {shown(value)}")
         if int(value) < minimum:
-            raise SamplingError(f"resume state {name} must be >= {minimum}, got {int(value)}")
+            raise SamplingError(
+                f"resume state {name} must be >= {minimum}, got {shown(int(value))}"
+            )
+        if maximum is not None and int(value) > maximum.value:
+            raise SamplingError(
+                f"resume state {name} must be <= {maximum}, got {shown(int(value))}"
+            )
         object.__setattr__(self, name, int(value))
         return int(value)
 
@@ -208,8 +225,8 @@ class ResumeState:
         if "kind" not in state:
             worker = "samples_yielded" in state and "samples_consumed" not in state
             kind = "worker" if worker else "rank"
-        if kind not in _POSITION:
-            raise SamplingError(f"resume state kind {kind!r} is not 'rank' or 'worker'")
+        if not isinstance(kind, str) or kind not in _POSITION:
+            raise SamplingError(f"resume state kind {shown(kind)} is not 'rank' or 'worker'")
         unit = state.get("unit", "episode")
         required = (
             *_COMMON,
@@ -249,7 +266,8 @@ class ResumeState:
             saved, running = getattr(self, name), getattr(expected, name)
             if saved != running:
                 raise SamplingError(
-                    f"resume state {name}={saved!r} does not match this run's {running!r}"
+                    f"resume state {name}={shown(saved)} does not match this run's "
+                    f"{shown(running)}"
                     + (" (the episode set differs)" if name == "episodes_digest" else "")
                 )
 
@@ -304,7 +322,7 @@ class ResumeState:
 
 def _refuse_newer(version: int) -> None:
     raise SamplingError(
-        f"resume state version {version} is newer than {STATE_VERSION}, the newest this "
+        f"resume state version {shown(version)} is newer than {STATE_VERSION}, the newest this "
         "episodestream reads: upgrade episodestream to resume from it"
     )
 

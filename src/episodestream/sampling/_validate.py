@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from episodestream._checks import Bound, shown
 from episodestream.errors import SamplingError
 
 __all__: list[str] = []
@@ -16,13 +17,18 @@ __all__: list[str] = []
 _T = TypeVar("_T")
 
 
-def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    """Return ``value`` as a Python int, refusing bools, floats and values below ``minimum``."""
+def require_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: Bound | None = None
+) -> int:
+    """Return ``value`` as a Python int, refusing bools, floats and values outside
+    ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SamplingError(f"{name} must be an integer, got {value!r}")
+        raise SamplingError(f"{name} must be an integer, got {shown(value)}")
     result = int(value)
     if minimum is not None and result < minimum:
-        raise SamplingError(f"{name} must be >= {minimum}, got {result}")
+        raise SamplingError(f"{name} must be >= {minimum}, got {shown(result)}")
+    if maximum is not None and result > maximum.value:
+        raise SamplingError(f"{name} must be <= {maximum}, got {shown(result)}")
     return result
 
 
