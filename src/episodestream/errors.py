@@ -23,6 +23,7 @@
     ├── DecodeError
     │   └── FrameNotFoundError       no frame within tolerance of a timestamp
     ├── SamplingError                bad pool/shard parameters or resume state
+    │   └── SampleIndexError         ds[i] outside the dataset (also IndexError)
     ├── ConfigError                  an argument or option outside its accepted values
     │   └── ConfigTypeError          one of the wrong type, or an unknown option (also TypeError)
     └── ServingError                 nginx / WAN emulator could not start or stop
@@ -53,6 +54,7 @@ __all__ = [
     "ProxyError",
     "PublishError",
     "RangeNotSupported",
+    "SampleIndexError",
     "SamplingError",
     "ServingError",
     "SidecarCoverageError",
@@ -152,6 +154,11 @@ class FrameNotFoundError(DecodeError, LookupError):
 
 class SamplingError(EpisodeStreamError, ValueError):
     """Invalid sampling parameters or resume state."""
+
+
+class SampleIndexError(SamplingError, IndexError):
+    """A sample index outside the dataset (``ds[len(ds)]``). Also an ``IndexError``, which
+    Python's sequence protocol and index samplers expect at the end of a dataset."""
 
 
 class ConfigError(EpisodeStreamError, ValueError):

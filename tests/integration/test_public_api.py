@@ -28,6 +28,7 @@ PUBLIC_NAMES = [
     "PublishError",
     "RangeNotSupported",
     "ReaderOptions",
+    "SampleIndexError",
     "SamplingError",
     "ServingError",
     "SidecarCoverageError",

@@ -23,7 +23,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodestream._checks import check_int, check_number
+from episodestream._checks import (
+    MAX_TOLERANCE_S,
+    Bound,
+    check_int,
+    check_number,
+    check_reader_bounds,
+    shown,
+)
 from episodestream.check._report import (
     CheckFinding,
     DatasetCheck,
@@ -35,6 +42,7 @@ from episodestream.check._report import (
 )
 from episodestream.errors import (
     ConfigError,
+    ConfigTypeError,
     DatasetFormatError,
     EpisodeStreamError,
     ManifestError,
@@ -67,12 +75,21 @@ from episodestream.mp4 import (
     locate_moov,
     parse_moov,
 )
-from episodestream.sampling import delta_frame_offsets, delta_query
+from episodestream.sampling import (
+    MAX_COUNT,
+    check_delta_timestamps,
+    delta_frame_offsets,
+    delta_query,
+    episode_selection,
+)
 from episodestream.storage import Location, RangeReader, ReaderOptions
 
 __all__ = ["check_dataset"]
 
 logger = logging.getLogger(__name__)
+
+#: files indexed, and episodes checked, at once: threads of one check
+MAX_CHECK_WORKERS = Bound("MAX_CHECK_WORKERS", 256, "threads of one check")
 
 # the data columns a check reads (all small scalars); the others are only looked for
 _ROW_COLUMNS = ("timestamp", "episode_index", "frame_index", "index", "task_index")
@@ -152,12 +169,23 @@ def check_dataset(
         StorageError: the store failed before any episode could be checked.
     """
     started = time.monotonic()
-    tolerance_s = check_number("tolerance_s", tolerance_s, above=0)
-    workers = check_int("workers", workers, minimum=1)
+    # every argument is checked before the first request
+    tolerance_s = check_number("tolerance_s", tolerance_s, above=0, maximum=MAX_TOLERANCE_S)
+    workers = check_int("workers", workers, minimum=1, maximum=MAX_CHECK_WORKERS)
     if num_episodes is not None:
-        num_episodes = check_int("num_episodes", num_episodes, minimum=1)
+        num_episodes = check_int("num_episodes", num_episodes, minimum=1, maximum=MAX_COUNT)
         if episodes is not None:
             raise ConfigError("pass episodes or num_episodes, not both")
+    if episodes is not None:
+        episodes = episode_selection(episodes, distinct=False)
+    check_delta_timestamps(delta_timestamps)
+    for name, path in (("data_root", data_root), ("sidecar", sidecar), ("cache_dir", cache_dir)):
+        if path is not None and not isinstance(path, str | os.PathLike):
+            raise ConfigTypeError(f"{name} must be a str or path, got {shown(path)}")
+    if not isinstance(use_cache, bool):
+        raise ConfigTypeError(f"use_cache must be a bool, got {shown(use_cache)}")
+    reader_options = ReaderOptions.coerce(reader_options, what="reader_options")
+    check_reader_bounds("reader_options", reader_options)
     location = root if isinstance(root, Location) else Location.parse(os.fspath(root))
     data_location = None if data_root is None else os.fspath(data_root)
     reader, meta = open_dataset_files(

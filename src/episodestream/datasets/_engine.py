@@ -40,6 +40,7 @@ from episodestream.lerobot import (
     open_metadata_reader,
 )
 from episodestream.manifest import EpisodeManifest, open_manifest
+from episodestream.sampling import episode_selection
 from episodestream.storage import BaseRangeReader, Location, RangeReader
 
 __all__ = ["OpenedDataset", "StreamEngine", "open_dataset", "open_for_samples"]
@@ -245,17 +246,12 @@ def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:
 
 
 def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
+    """The selected episode ids: every episode for None, else ``episodes`` (checked as
+    given by :func:`episode_selection`) once each is known to the dataset."""
     available = meta.episodes.episode_index
-    if episodes is None:
+    ids = episode_selection(episodes)
+    if ids is None:
         return np.asarray(available, dtype=np.int64).copy()
-    if isinstance(episodes, int | np.integer | str | bytes):
-        raise SamplingError(f"episodes must be a list of episode indices, got {episodes!r}")
-    try:
-        ids = np.asarray(list(episodes), dtype=np.int64)  # type: ignore[call-overload]
-    except (TypeError, ValueError) as error:
-        raise SamplingError(f"episodes must be a list of episode indices: {error}") from error
-    if ids.size == 0:
-        raise SamplingError("episodes is empty: select at least one episode")
     unknown = np.setdiff1d(ids, available)
     if unknown.size:
         has = (
@@ -266,9 +262,7 @@ def _select_episodes(meta: DatasetMeta, episodes: object) -> np.ndarray:
         raise SamplingError(
             f"episodes lists unknown episode(s) {unknown[:10].tolist()}: the dataset has {has}"
         )
-    if np.unique(ids).size != ids.size:
-        raise SamplingError("episodes lists an episode more than once")
-    return ids
+    return ids.copy()
 
 
 def check_budget(dataset: OpenedDataset, budget: int, *, resident_episodes: int, what: str) -> None:

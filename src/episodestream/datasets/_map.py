@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from episodestream._checks import shown
 from episodestream._closing import Closing
+from episodestream.datasets._arguments import check_bool, check_sample_arguments
 from episodestream.datasets._compat import (
     LeRobotSurface,
     dataset_options,
@@ -22,7 +24,7 @@ from episodestream.datasets._engine import StreamEngine, open_for_samples
 from episodestream.datasets._options import ImageDtype, StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.decode import BackendName
-from episodestream.errors import ConfigTypeError
+from episodestream.errors import ConfigTypeError, SampleIndexError
 from episodestream.storage import BaseRangeReader, Location
 
 __all__ = ["EpisodeStreamDataset"]
@@ -89,6 +91,16 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         reader: BaseRangeReader | None = None,
         **stream_options: Any,
     ) -> None:
+        # every argument is checked before anything is opened (no request for a bad one)
+        selected, image_dtype = check_sample_arguments(
+            episodes=episodes,
+            delta_timestamps=delta_timestamps,
+            image_dtype=image_dtype,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            depth_output_unit=depth_output_unit,
+        )
+        self.prefetch_next = check_bool("prefetch_next", prefetch_next)
         self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
         self.options = dataset_options(
             "EpisodeStreamDataset",
@@ -104,16 +116,15 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         )
         self.dataset, self.samples = open_for_samples(
             self.name.location,
-            episodes,
+            selected,
             self.options,
             delta_timestamps=delta_timestamps,
-            image_dtype="uint8" if return_uint8 else image_dtype,
+            image_dtype=image_dtype,
             image_transforms=image_transforms,
             resident_episodes=1,
             reader=reader,
         )
         self._describe_for_lerobot(episodes, depth_output_unit)
-        self.prefetch_next = prefetch_next
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None
         self._rows: EpisodeRows | None = None
@@ -152,11 +163,11 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
     def _locate_row(self, index: int) -> tuple[int, int]:
         """(position of the episode among the selected ones, frame within it)."""
         n = len(self)
-        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        if isinstance(index, bool | np.bool_) or not isinstance(index, int | np.integer):
             raise ConfigTypeError(f"index must be an int, got {type(index).__name__}")
         position = int(index) + n if index < 0 else int(index)
         if not 0 <= position < n:
-            raise IndexError(f"index {index} out of range for {n} frames")
+            raise SampleIndexError(f"index {shown(index)} out of range for {n} frames")
         row = int(np.searchsorted(self._starts, position, side="right")) - 1
         return row, position - int(self._starts[row])
 

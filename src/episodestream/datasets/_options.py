@@ -6,9 +6,21 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
-from episodestream._checks import check_choice, check_int, check_number
+from episodestream._checks import (
+    MAX_BYTES,
+    MAX_CONNECTIONS,
+    MAX_TOLERANCE_S,
+    MAX_WAIT_SECONDS,
+    Bound,
+    check_choice,
+    check_int,
+    check_number,
+    check_reader_bounds,
+    shown,
+)
 from episodestream.cache import DEFAULT_FETCH_WORKERS
 from episodestream.decode import DEFAULT_FFMPEG_THREADS, DEFAULT_TOLERANCE_S, BackendName
 from episodestream.errors import BudgetError, ConfigError, ConfigTypeError
@@ -18,6 +30,13 @@ __all__ = [
     "DEFAULT_BYTE_BUDGET",
     "DEFAULT_FETCH_WORKERS",
     "DEFAULT_WAIT_TIMEOUT_S",
+    "MAX_BYTES",
+    "MAX_CONNECTIONS",
+    "MAX_FETCH_WORKERS",
+    "MAX_FFMPEG_THREADS",
+    "MAX_OPEN_DECODERS",
+    "MAX_TOLERANCE_S",
+    "MAX_WAIT_SECONDS",
     "ImageDtype",
     "StreamOptions",
     "parse_bytes",
@@ -31,6 +50,13 @@ DEFAULT_BYTE_BUDGET = 2 * 2**30
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 DEFAULT_MAX_OPEN_DECODERS = 64
 DEFAULT_MAX_DECODER_BYTES = 1 * 2**30
+
+# Upper limits of the settings (named in the error that refuses a value above one): each is
+# far above any useful value and below where a number overflows, or a thread count exhausts
+# the machine before the first sample.
+MAX_FETCH_WORKERS = Bound("MAX_FETCH_WORKERS", 256, "fetch threads of one process")
+MAX_FFMPEG_THREADS = Bound("MAX_FFMPEG_THREADS", 256, "threads of one open decoder")
+MAX_OPEN_DECODERS = Bound("MAX_OPEN_DECODERS", 65536, "decoders one process keeps open")
 
 _UNITS = {
     "": 1,
@@ -48,6 +74,10 @@ _UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
+# what decoders take; a GPU index of more digits names no GPU
+_DEVICE = re.compile(r"^(cpu|cuda)(:\d{1,4})?$")
+# digits of a size read exactly; a whole part longer is beyond MAX_BYTES in any unit
+_SIZE_DIGITS = 30
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -66,15 +96,32 @@ def parse_bytes(value: int | str, *, name: str = "byte_budget") -> int:
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
             raise BudgetError(
-                f"{name}={value!r} is not a size: use bytes or a number with one of "
+                f"{name}={shown(value)} is not a size: use bytes or a number with one of "
                 "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
             )
-        result = int(float(match.group(1)) * _UNITS[unit])
+        result = _size_in_bytes(match.group(1), _UNITS[unit])
     else:
-        raise BudgetError(f"{name} must be a byte count or a size like '8GiB', got {value!r}")
+        raise BudgetError(f"{name} must be a byte count or a size like '8GiB', got {shown(value)}")
     if result <= 0:
-        raise BudgetError(f"{name} must be positive, got {value!r}")
+        raise BudgetError(f"{name} must be positive, got {shown(value)}")
+    if result > MAX_BYTES.value:
+        raise BudgetError(f"{name} must be <= {MAX_BYTES}, got {shown(value)}")
     return result
+
+
+def _size_in_bytes(number: str, unit: int) -> int:
+    """``number`` (digits, maybe a fraction) times ``unit``, exact: no float overflow for
+    400 digits, no int conversion of a million; a number past MAX_BYTES stays past it."""
+    whole, _, fraction = number.partition(".")
+    whole = whole.lstrip("0") or "0"
+    if len(whole) > _SIZE_DIGITS:
+        return MAX_BYTES.value + 1
+    return int(Fraction(f"{whole}.{fraction[:_SIZE_DIGITS] or '0'}") * unit)
+
+
+def _holds_nul(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return ("\x00" if isinstance(text, str) else b"\x00") in text  # type: ignore[operator]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,32 +174,39 @@ class StreamOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "byte_budget", parse_bytes(self.byte_budget))
         check_choice("decoder", self.decoder, ("auto", "torchcodec", "pyav"))
-        for name in ("fetch_workers", "max_open_decoders", "max_decoder_bytes"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("ffmpeg_threads", self.ffmpeg_threads, minimum=0)
-        check_number("tolerance_s", self.tolerance_s, above=0)
-        check_number("wait_timeout_s", self.wait_timeout_s, above=0)
+        check_int("fetch_workers", self.fetch_workers, minimum=1, maximum=MAX_FETCH_WORKERS)
+        check_int("max_open_decoders", self.max_open_decoders, minimum=1, maximum=MAX_OPEN_DECODERS)
+        check_int("max_decoder_bytes", self.max_decoder_bytes, minimum=1, maximum=MAX_BYTES)
+        check_int("ffmpeg_threads", self.ffmpeg_threads, minimum=0, maximum=MAX_FFMPEG_THREADS)
+        check_number("tolerance_s", self.tolerance_s, above=0, maximum=MAX_TOLERANCE_S)
+        check_number("wait_timeout_s", self.wait_timeout_s, above=0, maximum=MAX_WAIT_SECONDS)
         for name in ("revision", "device"):
             value = getattr(self, name)
             if not (isinstance(value, str) or (value is None and name == "revision")):
-                raise ConfigTypeError(f"{name} must be a str, got {value!r}")
+                raise ConfigTypeError(f"{name} must be a str, got {shown(value)}")
+        if not _DEVICE.match(self.device):  # the decoders say more once one is chosen
+            raise ConfigError(f"device must be 'cpu' or 'cuda[:N]', got {shown(self.device)}")
         for name in ("sidecar", "cache_dir", "data_root"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str | os.PathLike):
-                raise ConfigTypeError(f"{name} must be a str or path, got {value!r}")
+                raise ConfigTypeError(f"{name} must be a str or path, got {shown(value)}")
+            if value is not None and _holds_nul(value):  # every OS call would refuse it
+                raise ConfigError(f"{name} holds a NUL character: {shown(value)}")
         for name in ("build_index", "progress"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigTypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+                raise ConfigTypeError(f"{name} must be a bool, got {shown(getattr(self, name))}")
         # typed at once: a misspelt option fails here, naming it, not when a reader opens
         object.__setattr__(
             self, "reader_options", ReaderOptions.coerce(self.reader_options, what="reader_options")
         )
+        check_reader_bounds("reader_options", self.reader_options)
         if self.data_reader_options is not None:
             object.__setattr__(
                 self,
                 "data_reader_options",
                 ReaderOptions.coerce(self.data_reader_options, what="data_reader_options"),
             )
+            check_reader_bounds("data_reader_options", self.data_reader_options)
 
 
 def resolve_stream_options(

@@ -18,8 +18,9 @@ from typing import Any, Literal
 import numpy as np
 import torch.utils.data
 
-from episodestream._checks import check_choice, check_int
+from episodestream._checks import Bound, check_choice, check_int, shown
 from episodestream._closing import Closing
+from episodestream.datasets._arguments import check_bool, check_sample_arguments
 from episodestream.datasets._compat import (
     LeRobotSurface,
     dataset_options,
@@ -32,6 +33,7 @@ from episodestream.datasets._engine import (
     open_for_samples,
 )
 from episodestream.datasets._options import (
+    MAX_OPEN_DECODERS,
     ImageDtype,
     StreamOptions,
     parse_bytes,
@@ -46,10 +48,14 @@ from episodestream.datasets._windows import (
 )
 from episodestream.datasets._world import detect_rank, detect_slot
 from episodestream.decode import DEFAULT_DECODE_THREADS, BackendName, DecodeExecutor
-from episodestream.errors import ConfigError, ConfigTypeError, DecodeError, SamplingError
+from episodestream.errors import ConfigError, DecodeError, SamplingError
 from episodestream.sampling import (
     DEFAULT_SPREAD,
     DEFAULT_WINDOW_FRAMES,
+    MAX_COUNT,
+    MAX_LOADER_WORKERS,
+    MAX_SEED,
+    MAX_WORLD_SIZE,
     PoolParams,
     PoolSchedule,
     ResumeState,
@@ -71,6 +77,15 @@ logger = logging.getLogger(__name__)
 DEFAULT_DECODED_BUDGET = "4GiB"
 _BYTE_BUDGET = "8GiB"
 PoolUnit = Literal["episode", "window"]
+MAX_DECODE_THREADS = Bound("MAX_DECODE_THREADS", 256, "decode threads of one process")
+MAX_PENDING_SAMPLES = Bound(
+    "MAX_PENDING_SAMPLES", 4096, "samples decoded ahead, each holding its frames"
+)
+MAX_POOL_EPISODES = Bound(
+    "MAX_POOL_EPISODES", 2**20, "episodes a worker holds, or fetches ahead, at once"
+)
+MAX_WINDOW_FRAMES = Bound("MAX_WINDOW_FRAMES", 2**16, "frames of one decoded window")
+_MAX_RANK = Bound("MAX_WORLD_SIZE - 1", MAX_WORLD_SIZE.value - 1, "ranks count from 0")
 #: bound on waiting for one decoded sample (decode of one multi-camera sample)
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
 _METRICS_WINDOW = 32
@@ -261,33 +276,57 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         **stream_options: Any,
     ) -> None:
         super().__init__()
+        # every argument is checked before anything is opened (no request for a bad one)
         self.unit: PoolUnit = check_choice("unit", unit, ("episode", "window"))
-        self.window_frames = check_int("window_frames", window_frames, minimum=1)
+        self.window_frames = check_int(
+            "window_frames", window_frames, minimum=1, maximum=MAX_WINDOW_FRAMES
+        )
         self.decoded_budget = parse_bytes(decoded_budget, name="decoded_budget")
-        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
         # LeRobot's StreamingLeRobotDataset takes seed=None for "unseeded"; the pool's order
         # must be reproducible across ranks and workers, so None means the default seed
         self.params = PoolParams(
             pool_size=pool_size, seed=0 if seed is None else seed, shuffle=shuffle
         )
-        self.prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
-        self.decode_threads = check_int("decode_threads", decode_threads, minimum=0)
+        for name, value, bound in (
+            ("pool_size", self.params.pool_size, MAX_POOL_EPISODES),
+            ("seed", self.params.seed, MAX_SEED),
+        ):
+            if value > bound.value:
+                raise SamplingError(f"{name} must be <= {bound}, got {shown(value)}")
+        self.prefetch_episodes = check_int(
+            "prefetch_episodes", prefetch_episodes, minimum=0, maximum=MAX_POOL_EPISODES
+        )
+        self.decode_threads = check_int(
+            "decode_threads", decode_threads, minimum=0, maximum=MAX_DECODE_THREADS
+        )
         self.max_pending_samples = (
-            check_int("max_pending_samples", max_pending_samples, minimum=1)
+            check_int(
+                "max_pending_samples",
+                max_pending_samples,
+                minimum=1,
+                maximum=MAX_PENDING_SAMPLES,
+            )
             if max_pending_samples is not None
             else 4 * max(self.decode_threads, 1)
         )
         # checked now when given (detected ones are read when iterating: torch.distributed
         # may be initialized after the dataset is made)
         if rank is not None:
-            rank = check_int("rank", rank, minimum=0)
+            rank = check_int("rank", rank, minimum=0, maximum=_MAX_RANK)
         if world_size is not None:
-            world_size = check_int("world_size", world_size, minimum=1)
+            world_size = check_int("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
         if rank is not None and world_size is not None and rank >= world_size:
             raise ConfigError(f"rank must be < world_size ({world_size}), got {rank}")
-        if not isinstance(return_uint8, bool):
-            raise ConfigTypeError(f"return_uint8 must be a bool, got {return_uint8!r}")
+        selected, image_dtype = check_sample_arguments(
+            episodes=episodes,
+            delta_timestamps=delta_timestamps,
+            image_dtype=image_dtype,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            depth_output_unit=depth_output_unit,
+        )
         self._rank_args = (rank, world_size)
+        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
         self.options = dataset_options(
             "EpisodePoolDataset",
             options,
@@ -302,12 +341,12 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         )
         self.dataset, self.samples = open_for_samples(
             self.name.location,
-            episodes,
+            selected,
             self.options,
             delta_timestamps=delta_timestamps,
-            image_dtype="uint8" if return_uint8 else image_dtype,
+            image_dtype=image_dtype,
             image_transforms=image_transforms,
-            resident_episodes=pool_size,
+            resident_episodes=self.params.pool_size,
             reader=reader,
         )
         self._describe_for_lerobot(episodes, depth_output_unit)
@@ -329,7 +368,8 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
             # draws across the pool reuse decoders instead of reopening evicted ones
             # (options= given: used as it is)
             cameras = len(self.dataset.meta.video_keys)
-            wanted = (pool_size + 1) * cameras * max(decode_threads, 1)
+            wanted = (self.params.pool_size + 1) * cameras * max(self.decode_threads, 1)
+            wanted = min(wanted, MAX_OPEN_DECODERS.value)
             self.options = dataclasses.replace(
                 self.options, max_open_decoders=max(self.options.max_open_decoders, wanted)
             )
@@ -379,9 +419,11 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration draws (also in persistent DataLoader workers)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise SamplingError(f"epoch must be an int >= 0, got {epoch!r}")
-        self._epoch.value = epoch
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+            raise SamplingError(f"epoch must be an int >= 0, got {shown(epoch)}")
+        if epoch > MAX_COUNT.value:  # the shared counter is an int64
+            raise SamplingError(f"epoch must be <= {MAX_COUNT}, got {shown(epoch)}")
+        self._epoch.value = int(epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all its workers together)."""
@@ -445,7 +487,12 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         if num_workers is None:
             num_workers = self._iterated_workers or 1
         rank, world_size = detect_rank(*self._rank_args)
-        num_workers = max(int(num_workers), 1)
+        # a DataLoader's num_workers=0 iterates in the main process: one slot
+        num_workers = max(
+            check_int("num_workers", num_workers, minimum=0, maximum=MAX_LOADER_WORKERS), 1
+        )
+        batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_COUNT)
+        drop_last = check_bool("drop_last", drop_last)
         # refuse a count the loader cannot have delivered now, not when resuming later
         loader_consumption(
             samples_consumed,

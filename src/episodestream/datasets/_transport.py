@@ -8,7 +8,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from episodestream.decode import to_float
+from episodestream._checks import shown
+from episodestream.decode import parse_device, to_float
+from episodestream.errors import ConfigTypeError
 
 __all__ = ["images_to_float"]
 
@@ -36,7 +38,15 @@ def images_to_float(
         keys: the entries to convert (default: every uint8 tensor, which in our samples are the
             camera frames).
         device: where to convert; other entries stay where they are.
+
+    Raises:
+        ConfigTypeError: ``batch`` is not a dict of tensors.
+        ConfigError: ``device`` is not one torch names.
     """
+    if not isinstance(batch, MutableMapping):
+        raise ConfigTypeError(f"batch must be a dict of tensors, got {shown(batch)}")
+    if device is not None:
+        device = parse_device(device)
     names = (
         [name for name, value in batch.items() if _is_uint8(value)] if keys is None else list(keys)
     )
