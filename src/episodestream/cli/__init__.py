@@ -2,6 +2,12 @@
 
 Each command lives in its own module exposing ``register(subparsers)``; the module's handler
 receives the parsed ``argparse.Namespace`` and returns a process exit status.
+
+Errors: whatever a command raises ends as one line on stderr, never a traceback
+(``--debug``, before or after the command's name, prints the traceback above that line).
+Exit status 2 for a usage error, an :class:`~episodestream.errors.EpisodeStreamError` (bad
+input, a bad server) or an ``OSError`` (a file that cannot be written); ``EXIT_INTERNAL`` for
+any other exception, which is a bug; 130 for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -9,12 +15,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import re
 import sys
+import traceback
 from collections.abc import Sequence
 
 from episodestream.errors import EpisodeStreamError
 
-__all__ = ["main"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERNAL", "main", "one_line"]
+
+#: bad input, a bad server, a file that cannot be written (argparse's usage errors too)
+EXIT_ERROR = 2
+#: an exception that is no EpisodeStreamError: a bug (sysexits' EX_SOFTWARE)
+EXIT_INTERNAL = 70
+_EXIT_INTERRUPTED = 130
+
+# how much of an error message the line shows (a hostile server's text can be long)
+_MESSAGE_CHARS = 2000
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_DEBUG_HINT = "run with --debug for the traceback"
 
 # command modules, in the order `--help` lists them
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -36,25 +56,81 @@ def build_parser() -> argparse.ArgumentParser:
         description="Stream LeRobot v3 video datasets into PyTorch training.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--debug", action="store_true", help="on an error, print its traceback too")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in _COMMAND_MODULES:
         importlib.import_module(f"episodestream.cli.{module_name}").register(subparsers)
+    for command in subparsers.choices.values():
+        # also after the command's name; SUPPRESS keeps a --debug given before it
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line: lines joined with `` | ``, control characters
+    (a terminal's escape sequences) shown escaped, cut at a readable length."""
+    text = " | ".join(part.strip() for part in message.splitlines() if part.strip())
+    text = _CONTROL.sub(lambda match: ascii(match.group())[1:-1], text)
+    if len(text) > _MESSAGE_CHARS:
+        text = f"{text[:_MESSAGE_CHARS]}... ({len(text)} characters)"
+    return text
+
+
+def _describe(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # a message that cannot even be made (an int past the digit limit)
+        return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(words)
+    except Exception as error:  # an argument type that failed in a way argparse does not catch
+        return _report(error, "episodestream", debug="--debug" in words)
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    prefix = f"episodestream {args.command}"
     try:
         return int(args.handler(args) or 0)
-    except EpisodeStreamError as error:
-        print(f"episodestream {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print(f"episodestream {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return _EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader of our output went away (`| head`): nothing left to say to it
+        _silence_stdout()
+        return EXIT_ERROR
+    except Exception as error:
+        return _report(error, prefix, debug=args.debug)
+
+
+def _report(error: Exception, prefix: str, *, debug: bool) -> int:
+    """Print ``error`` as one line (after its traceback with ``debug``); its exit status."""
+    if debug:
+        traceback.print_exc()
+    message = one_line(_describe(error))
+    if isinstance(error, EpisodeStreamError | OSError):
+        print(f"{prefix}: error: {message or type(error).__name__}", file=sys.stderr)
+        return EXIT_ERROR
+    hint = "" if debug else f"; {_DEBUG_HINT}"
+    detail = f": {message}" if message else ""
+    print(
+        f"{prefix}: unexpected {type(error).__name__}{detail} (a bug, please report it){hint}",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -32,7 +32,18 @@ from episodestream.cli._options import (
     add_sample_options,
 )
 from episodestream.cli._types import int_at_least, int_list
+from episodestream.datasets._options import (
+    MAX_CONNECTIONS,
+    MAX_FETCH_WORKERS,
+    MAX_FFMPEG_THREADS,
+)
+from episodestream.datasets._pool import (
+    MAX_DECODE_THREADS,
+    MAX_POOL_EPISODES,
+    MAX_WINDOW_FRAMES,
+)
 from episodestream.decode import parse_device
+from episodestream.sampling import MAX_LOADER_WORKERS, MAX_WORLD_SIZE
 
 __all__ = ["add_bench_options", "config_from_args", "register"]
 
@@ -50,17 +61,19 @@ def _tracks(text: str) -> tuple[str, ...]:
 def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int | None) -> None:
     """``bench``'s tuning options (``demo`` takes some of them too: cli/_options.py)."""
     pool = parser.add_argument_group("pool (STREAM)")
-    pool.add_argument("--pool-size", type=int_at_least(1), default=DEFAULT_POOL_SIZE)
+    pool.add_argument(
+        "--pool-size", type=int_at_least(1, MAX_POOL_EPISODES), default=DEFAULT_POOL_SIZE
+    )
     add_pool_order_options(pool)
     pool.add_argument(
         "--fetch-workers",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_FETCH_WORKERS),
         default=DEFAULT_FETCH_WORKERS,
         help="episodes fetched concurrently",
     )
     pool.add_argument(
         "--connections",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_CONNECTIONS),
         default=DEFAULT_CONNECTIONS,
         help="HTTP connections (and request threads) per host",
     )
@@ -75,13 +88,13 @@ def add_bench_options(parser: argparse.ArgumentParser, *, samples_default: int |
     )
     decode.add_argument(
         "--ffmpeg-threads",
-        type=int_at_least(0),
+        type=int_at_least(0, MAX_FFMPEG_THREADS),
         default=DEFAULT_FFMPEG_THREADS,
         help="FFmpeg threads per decoder",
     )
     decode.add_argument(
         "--torch-threads",
-        type=int_at_least(0),
+        type=int_at_least(0, MAX_DECODE_THREADS),
         default=1,
         help="torch intra-op threads during the run (default 1, as in DataLoader workers; "
         "0: torch's default)",
@@ -197,8 +210,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="a local copy of the dataset for LOCAL (default: download the touched files)",
     )
-    parser.add_argument("--shard-index", type=int_at_least(0), default=None)
-    parser.add_argument("--shard-count", type=int_at_least(1), default=None)
+    parser.add_argument("--shard-index", type=int_at_least(0, MAX_WORLD_SIZE), default=None)
+    parser.add_argument("--shard-count", type=int_at_least(1, MAX_WORLD_SIZE), default=None)
     parser.add_argument(
         "--access-log",
         default=None,
@@ -219,7 +232,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--num-workers",
-        type=int_list("worker counts", 1),
+        type=int_list("worker counts", 1, MAX_LOADER_WORKERS),
         nargs="?",
         const=(),
         default=None,
@@ -241,7 +254,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "with the episode pool (samples per CPU-s, decoded frames per sample, peak RSS) and "
         "their randomness with uniform sampling; --plot draws episodes-per-batch histograms",
     )
-    windows.add_argument("--window-frames", type=int_at_least(1), default=32)
+    windows.add_argument("--window-frames", type=int_at_least(1, MAX_WINDOW_FRAMES), default=32)
     windows.add_argument("--decoded-budget", default="4GiB", help="decoded bytes (e.g. 4GiB)")
     add_bench_options(parser, samples_default=DEFAULT_SAMPLES)
     parser.set_defaults(handler=run)

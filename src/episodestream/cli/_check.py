@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from episodestream.check import DatasetCheck, check_dataset, format_check
+from episodestream.check._check import MAX_CHECK_WORKERS
 from episodestream.cli._index import add_data_root_argument
 from episodestream.cli._options import add_cache_dir_option, add_episode_subset_options
 from episodestream.cli._types import int_at_least, positive_float
@@ -66,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_cache_dir_option(parser)
     parser.add_argument(
         "--workers",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_CHECK_WORKERS),
         default=DEFAULT_BUILD_WORKERS,
         help=f"files indexed and episodes checked concurrently (default {DEFAULT_BUILD_WORKERS})",
     )
@@ -77,8 +78,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _delta_timestamps(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, a 5,000-digit int, depth
+        raise argparse.ArgumentTypeError(f"not JSON of delta timestamps: {error}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             'a JSON object of lists of seconds, e.g. {"action": [0.0, 0.1]}'

@@ -14,6 +14,7 @@ from episodestream.bench._demo import (
 )
 from episodestream.cli._options import add_decoder_options, add_link_options, add_sample_options
 from episodestream.cli._types import int_at_least
+from episodestream.datasets._pool import MAX_POOL_EPISODES
 
 __all__ = ["register"]
 
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     # bench settings; unset, the mode picks them
     add_sample_options(parser, samples_default=None)
-    parser.add_argument("--pool-size", type=int_at_least(1), default=None)
+    parser.add_argument("--pool-size", type=int_at_least(1, MAX_POOL_EPISODES), default=None)
     add_decoder_options(parser, decoder_default=None, threads_default=None)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or lines")

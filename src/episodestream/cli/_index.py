@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from episodestream._checks import Bound
 from episodestream.cli._options import add_cache_dir_option, add_episode_subset_options
 from episodestream.cli._types import int_at_least
 from episodestream.errors import ConfigError
@@ -27,6 +28,9 @@ from episodestream.manifest import (
 from episodestream.storage import Location, RangeReader, check_publishable
 
 __all__ = ["open_dataset", "register"]
+
+#: files one ``index`` reads at once (threads)
+MAX_INDEX_WORKERS = Bound("MAX_INDEX_WORKERS", 256, "files indexed at once, one thread each")
 
 
 def open_dataset(root: str, data_root: str | None = None) -> tuple[RangeReader, DatasetMeta]:
@@ -65,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--workers",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_INDEX_WORKERS),
         default=DEFAULT_BUILD_WORKERS,
         help=f"files indexed concurrently (default {DEFAULT_BUILD_WORKERS})",
     )

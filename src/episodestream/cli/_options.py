@@ -15,6 +15,8 @@ from episodestream.bench._config import (
     DEFAULT_PREFETCH_EPISODES,
 )
 from episodestream.cli._types import int_at_least, int_list, non_negative_float, positive_float
+from episodestream.datasets._pool import MAX_DECODE_THREADS, MAX_POOL_EPISODES
+from episodestream.sampling import MAX_EPISODE_INDEX, MAX_SEED
 
 __all__ = [
     "add_batch_size_option",
@@ -78,7 +80,7 @@ def add_decoder_options(
     )
     options.add_argument(
         "--decode-threads",
-        type=int_at_least(0),
+        type=int_at_least(0, MAX_DECODE_THREADS),
         default=threads_default,
         help="decode threads per process (each DataLoader worker); 0: decode in the "
         "iterating thread, one core per worker",
@@ -89,11 +91,13 @@ def add_pool_order_options(options: Options) -> None:
     """``--prefetch-episodes`` and ``--seed`` of the episode pool (``bench``, ``plan``)."""
     options.add_argument(
         "--prefetch-episodes",
-        type=int_at_least(0),
+        type=int_at_least(0, MAX_POOL_EPISODES),
         default=DEFAULT_PREFETCH_EPISODES,
         help=f"episodes fetched ahead per worker (default {DEFAULT_PREFETCH_EPISODES})",
     )
-    options.add_argument("--seed", type=int_at_least(0), default=0, help="pool seed (default 0)")
+    options.add_argument(
+        "--seed", type=int_at_least(0, MAX_SEED), default=0, help="pool seed (default 0)"
+    )
 
 
 def add_batch_size_option(options: Options) -> None:
@@ -132,7 +136,7 @@ def add_episode_subset_options(parser: argparse.ArgumentParser, *, verb: str) ->
     subset = parser.add_mutually_exclusive_group()
     subset.add_argument(
         "--episodes",
-        type=int_list("episodes", 0),
+        type=int_list("episodes", 0, MAX_EPISODE_INDEX),
         default=None,
         help=f"{verb} only these episodes (comma-separated ids)",
     )

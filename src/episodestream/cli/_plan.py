@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from episodestream._checks import MAX_BYTES
 from episodestream.bench import (
     DEFAULT_RTT_S,
     HUB_RESOLVER_LIMITS,
@@ -23,13 +24,20 @@ from episodestream.cli._options import (
 )
 from episodestream.cli._types import int_at_least, non_negative_float, positive_float
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
-from episodestream.sampling import DEFAULT_POOL_SIZE, PoolParams
+from episodestream.datasets._pool import MAX_POOL_EPISODES
+from episodestream.errors import ConfigError
+from episodestream.sampling import (
+    DEFAULT_POOL_SIZE,
+    MAX_LOADER_WORKERS,
+    MAX_WORLD_SIZE,
+    PoolParams,
+)
 
 __all__ = ["register"]
 
 _DEFAULT_CEILING_MIBPS = DEFAULT_HOST_CEILING_BYTES_PER_S / MIB
 # opening only to plan: the pool's budget check must not refuse what the plan should size
-_UNBOUNDED_BUDGET = 1 << 62
+_UNBOUNDED_BUDGET = MAX_BYTES.value
 
 
 def _bytes(text: str) -> int:
@@ -52,12 +60,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("root", help="dataset root: a local path, http(s)://, hf:// or s3:// URL")
-    parser.add_argument("--nodes", type=int_at_least(1), default=1, help="machines (default 1)")
     parser.add_argument(
-        "--gpus-per-node", type=int_at_least(1), default=1, help="ranks per machine"
+        "--nodes", type=int_at_least(1, MAX_WORLD_SIZE), default=1, help="machines (default 1)"
     )
     parser.add_argument(
-        "--workers", type=int_at_least(0), default=1, help="DataLoader workers per rank (default 1)"
+        "--gpus-per-node",
+        type=int_at_least(1, MAX_WORLD_SIZE),
+        default=1,
+        help="ranks per machine",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int_at_least(0, MAX_LOADER_WORKERS),
+        default=1,
+        help="DataLoader workers per rank (default 1)",
     )
     parser.add_argument(
         "--samples-per-s",
@@ -68,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     randomness = parser.add_mutually_exclusive_group()
     randomness.add_argument(
         "--pool-episodes",
-        type=int_at_least(1),
+        type=int_at_least(1, MAX_POOL_EPISODES),
         default=None,
         help=f"resident episodes per worker (default {DEFAULT_POOL_SIZE})",
     )
@@ -126,6 +142,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.nodes * args.gpus_per_node > MAX_WORLD_SIZE.value:
+        raise ConfigError(
+            f"--nodes x --gpus-per-node = {args.nodes * args.gpus_per_node} ranks, more than "
+            f"{MAX_WORLD_SIZE}"
+        )
     pool_size = args.pool_episodes or DEFAULT_POOL_SIZE
     with EpisodePoolDataset(
         args.root,

@@ -7,27 +7,47 @@ import argparse
 import math
 from collections.abc import Callable
 
+from episodestream._checks import Bound
+from episodestream.sampling import MAX_COUNT
+
 __all__ = ["int_at_least", "int_list", "non_negative_float", "port", "positive_float"]
 
+# how much of a refused argument a message shows
+_SHOWN_CHARS = 60
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An integer ``>= minimum``."""
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]!r}..."
+
+
+def _integer(text: str, what: str = "an integer") -> int:
+    # int() refuses more than 4,300 digits with a ValueError too
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {_shown(text)}") from None
+
+
+def int_at_least(minimum: int, maximum: Bound = MAX_COUNT) -> Callable[[str], int]:
+    """An integer in ``[minimum, maximum]`` (the bound named in the message): by default
+    any count a 64-bit computation holds."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        value = _integer(text)
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {_shown(text)}")
+        if value > maximum.value:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {_shown(text)}")
         return value
 
     return parse
 
 
-def int_list(name: str, minimum: int) -> Callable[[str], tuple[int, ...]]:
-    """Comma-separated integers, each ``>= minimum``, at least one (``name`` says what they
-    are in messages): ``"0,3,7"`` -> ``(0, 3, 7)``; empty items are skipped."""
+def int_list(
+    name: str, minimum: int, maximum: Bound | None = None
+) -> Callable[[str], tuple[int, ...]]:
+    """Comma-separated integers, each in ``[minimum, maximum]``, at least one (``name`` says
+    what they are in messages): ``"0,3,7"`` -> ``(0, 3, 7)``; empty items are skipped."""
 
     def parse(text: str) -> tuple[int, ...]:
         values = []
@@ -36,16 +56,18 @@ def int_list(name: str, minimum: int) -> Callable[[str], tuple[int, ...]]:
             if not part:
                 continue
             try:
-                value = int(part)
+                value = int(part)  # more than 4,300 digits: a ValueError too
             except ValueError:
                 raise argparse.ArgumentTypeError(
-                    f"{name} are comma-separated integers, got {text!r}"
+                    f"{name} are comma-separated integers, got {_shown(text)}"
                 ) from None
             if value < minimum:
                 raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+            if maximum is not None and value > maximum.value:
+                raise argparse.ArgumentTypeError(f"{name} must be <= {maximum}, got {_shown(part)}")
             values.append(value)
         if not values:
-            raise argparse.ArgumentTypeError(f"{name}: give at least one, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name}: give at least one, got {_shown(text)}")
         return tuple(values)
 
     return parse
@@ -55,9 +77,9 @@ def _finite(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {_shown(text)}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {_shown(text)}")
     return value
 
 
@@ -79,10 +101,7 @@ def non_negative_float(text: str) -> float:
 
 def port(text: str) -> int:
     """A TCP port, 1..65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    value = _integer(text, "a port number")
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {value}")
     return value
