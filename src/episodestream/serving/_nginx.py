@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import grp
 import importlib.resources
+import ipaddress
 import logging
 import os
 import pwd
@@ -19,7 +20,7 @@ import weakref
 from pathlib import Path
 from typing import Self
 
-from episodestream._checks import check_int
+from episodestream._checks import Bound, check_int
 from episodestream._closing import Closing
 from episodestream.errors import ConfigError, ServingError
 from episodestream.serving._accesslog import AccessLogRecord, access_log_format, read_access_log
@@ -27,8 +28,11 @@ from episodestream.serving._net import LOOPBACK_HOST, free_port, port_accepts
 
 __all__ = [
     "DEFAULT_NGINX_PATH",
+    "MAX_NGINX_WORKERS",
     "NginxServer",
     "find_nginx",
+    "nginx_string",
+    "worker_account",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,7 +45,15 @@ DEFAULT_STOP_TIMEOUT_S = 5.0
 _WORKER_SHUTDOWN_TIMEOUT_S = 2
 _WORKER_CONNECTIONS = 4096
 _PORT_ATTEMPTS = 3
+_TEMP_FOLDERS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 _PUBLISH_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: worker processes of one nginx (each takes memory and descriptors at start)
+MAX_NGINX_WORKERS = Bound("MAX_NGINX_WORKERS", 256, "worker processes of one nginx")
+# the account nginx's workers switch to when started as root
+_UNPRIVILEGED_USER = "nobody"
+_READABLE_CHECK_TIMEOUT_S = 60.0
 
 
 def find_nginx(path: str | os.PathLike[str] | None = None) -> str:
@@ -58,24 +70,139 @@ def find_nginx(path: str | os.PathLike[str] | None = None) -> str:
     )
 
 
-def _user_directive() -> str:
-    # Run as root, nginx would switch its workers to `nobody`, who may not read the dataset
-    # or write our temp folders; as anyone else the directive is meaningless and warns.
-    if os.geteuid() != 0:
-        return ""
-    user = pwd.getpwuid(os.geteuid()).pw_name
-    group = grp.getgrgid(os.getegid()).gr_name
-    return f"user {user} {group};"
+def nginx_string(value: str, what: str) -> str:
+    """``value`` as one nginx configuration token: double-quoted, ``\\`` and ``"`` escaped.
+
+    Quoted, a path holding ``;``, ``{``, ``#`` or spaces stays one string, which is why paths
+    are quoted rather than limited to a safe alphabet. Two things quoting cannot make safe are
+    refused: ``$`` (nginx expands variables in ``root`` and ``access_log`` even inside quotes
+    and has no escape for it: ``$http_x`` would let a request header choose what is served)
+    and control characters (no plain path holds one).
+
+    Raises:
+        ServingError: naming ``what`` and the character.
+    """
+    if "$" in value:
+        raise ServingError(
+            f"cannot give nginx {what} {value!r}: nginx reads '$' in a path as a variable "
+            "and has no escape for it; rename the folder, or serve one above it"
+        )
+    if bad := _CONTROL.search(value):
+        raise ServingError(
+            f"cannot give nginx {what} {value!r}: it holds the control character {bad.group()!r}"
+        )
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _listen_address(host: str, port: int) -> str:
+    """``host:port`` for nginx's ``listen``: an IPv4 address or a host name, nothing else."""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        if not _HOST_NAME.match(host):
+            raise ServingError(
+                f"cannot listen on {host!r}: not an IPv4 address or host name"
+            ) from None
+    return f"{host}:{port}"
 
 
 def _render_config(values: dict[str, str]) -> str:
+    """The template with each ``@NAME@`` replaced by ``values[NAME]`` in one pass (a value is
+    never read again as holding placeholders)."""
     template = importlib.resources.files("episodestream.serving").joinpath("nginx.conf")
     text = template.read_text(encoding="utf-8")
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", value)
-    if leftover := re.findall(r"@[A-Z_]+@", text):
-        raise ServingError(f"nginx config template has unfilled placeholders {leftover}")
-    return text
+    if missing := sorted(set(re.findall(r"@([A-Z_]+)@", text)) - set(values)):
+        raise ServingError(f"nginx config template has unfilled placeholders {missing}")
+    return re.sub(r"@([A-Z_]+)@", lambda match: values[match.group(1)], text)
+
+
+def worker_account(served: Path | None) -> tuple[str, str] | None:
+    """The (user, group) nginx's workers switch to; None when nginx cannot switch (it is not
+    started as root) and its workers run as whoever started it.
+
+    Started as root, nginx's workers would serve as root: a symlink in the folder, or a bug
+    in a path's handling, could then hand out any file on the machine. They run as
+    ``nobody`` instead when ``nobody`` can read every file and folder served (checked by
+    ``find`` running as ``nobody``). When it cannot (a folder under a private home or a
+    pytest temporary folder, mode 0700), or when the folder is not known at start (a server
+    into which folders are published later), they keep root's account, named explicitly
+    (left out, nginx would switch them to ``nobody``, who could not read the files); a
+    warning names the first path ``nobody`` cannot read.
+    """
+    if os.geteuid() != 0:
+        return None
+    own = pwd.getpwuid(os.geteuid()).pw_name, grp.getgrgid(os.getegid()).gr_name
+    try:
+        account = pwd.getpwnam(_UNPRIVILEGED_USER)
+        group = grp.getgrgid(account.pw_gid).gr_name
+    except KeyError:
+        logger.warning("no user %r here: nginx's workers run as %s", _UNPRIVILEGED_USER, own[0])
+        return own
+    if served is None:
+        logger.debug("nginx without a root (folders published later): workers run as %s", own[0])
+        return own
+    unreadable = _unreadable_by(account, served)
+    if unreadable is not None:
+        logger.warning(
+            "nginx's workers run as %s: %s cannot read %s (make the folder readable to all, "
+            "chmod -R o+rX, to serve it unprivileged)",
+            own[0],
+            _UNPRIVILEGED_USER,
+            unreadable,
+        )
+        return own
+    return account.pw_name, group
+
+
+def _unreadable_by(account: pwd.struct_passwd, folder: Path) -> str | None:
+    """The first path under ``folder`` ``account`` cannot read (a folder: list and enter),
+    found by ``find`` running as that account; None when every one is readable."""
+    command = [
+        "find",
+        str(folder),
+        "(",
+        "!",
+        "-readable",
+        "-o",
+        "-type",
+        "d",
+        "!",
+        "-executable",
+        ")",
+        "-print",
+        "-quit",
+    ]
+    try:
+        found = subprocess.run(
+            command,
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_READABLE_CHECK_TIMEOUT_S,
+            check=False,
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        logger.warning(
+            "checking that %s can read %s took over %g s; its workers serve as %s anyway "
+            "(a file it cannot read answers 403)",
+            account.pw_name,
+            folder,
+            _READABLE_CHECK_TIMEOUT_S,
+            account.pw_name,
+        )
+        return None
+    except OSError as error:
+        return f"{folder} ({error})"
+    if found.stdout.strip():
+        return found.stdout.splitlines()[0]
+    if found.returncode != 0:  # find could not enter the folder (or one above it)
+        said = found.stderr.strip().splitlines()
+        return f"{folder} ({said[-1] if said else 'find failed'})"
+    return None
 
 
 def _group_alive(pgid: int) -> bool:
@@ -135,7 +262,7 @@ class NginxServer(Closing):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
-        workers = check_int("workers", workers, minimum=1)
+        workers = check_int("workers", workers, minimum=1, maximum=MAX_NGINX_WORKERS)
         if port is not None and not 0 < check_int("port", port) < 65536:
             raise ConfigError(f"port must be in 1..65535, got {port}")
         self._nginx_path = find_nginx(nginx_path)
@@ -152,6 +279,7 @@ class NginxServer(Closing):
         self._stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
+        self._worker_account: tuple[str, str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -166,8 +294,9 @@ class NginxServer(Closing):
             workdir = Path(tempfile.mkdtemp(prefix="episodestream-nginx-"))
         self._workdir = workdir
         try:
+            self._worker_account = worker_account(self._explicit_root)
             (workdir / "www").mkdir(exist_ok=True)
-            for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            for name in _TEMP_FOLDERS:
                 (workdir / "temp" / name).mkdir(parents=True, exist_ok=True)
             attempts = 1 if self._requested_port is not None else _PORT_ATTEMPTS
             for attempt in range(1, attempts + 1):
@@ -188,20 +317,29 @@ class NginxServer(Closing):
     def _launch(self, port: int) -> bool:
         """Write the config for ``port``, start nginx, wait until ready. False if it failed."""
         workdir = self._require_workdir()
+        account = self._worker_account
+        temp = workdir / "temp"
         config = _render_config(
             {
-                "USER": _user_directive(),
+                "USER": (
+                    ""
+                    if account is None
+                    else f"user {nginx_string(account[0], 'user')} "
+                    f"{nginx_string(account[1], 'group')};"
+                ),
                 "WORKERS": str(self._workers),
                 "WORKER_CONNECTIONS": str(_WORKER_CONNECTIONS),
                 "WORKER_SHUTDOWN_TIMEOUT": f"{_WORKER_SHUTDOWN_TIMEOUT_S}s",
-                "PID_FILE": str(self.pid_file),
-                "ERROR_LOG": str(self.error_log_path),
-                "ACCESS_LOG": str(self.access_log_path),
+                "PID_FILE": nginx_string(str(self.pid_file), "the pid file"),
+                "ERROR_LOG": nginx_string(str(self.error_log_path), "the error log"),
+                "ACCESS_LOG": nginx_string(str(self.access_log_path), "the access log"),
                 "LOG_FORMAT": access_log_format(),
-                "TEMP": str(workdir / "temp"),
-                "HOST": self._host,
-                "PORT": str(port),
-                "ROOT": str(self.root),
+                **{
+                    f"{name.upper()}_TEMP": nginx_string(str(temp / name), "a temporary folder")
+                    for name in _TEMP_FOLDERS
+                },
+                "LISTEN": _listen_address(self._host, port),
+                "ROOT": nginx_string(str(self.root), "the folder to serve"),
             }
         )
         self.config_path.write_text(config, encoding="utf-8")
@@ -299,6 +437,12 @@ class NginxServer(Closing):
         return f"NginxServer({str(self.root) if self._workdir else '-'!r}, {state})"
 
     # -- where things are ------------------------------------------------------------------
+
+    @property
+    def worker_account(self) -> tuple[str, str] | None:
+        """(user, group) the workers switched to (None: nginx was not started as root, they
+        run as whoever started it); see :func:`worker_account`."""
+        return self._worker_account
 
     @property
     def running(self) -> bool:
