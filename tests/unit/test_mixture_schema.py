@@ -9,6 +9,7 @@ EpisodeStreamDataset; other sources are its metadata with features changed.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -667,3 +668,19 @@ def test_aggregate_refuses_what_lerobot_refuses():
         aggregate_mapped_stats([{"v": {**good, "count": np.array([[3]])}}])
     with pytest.raises(ConfigError, match="'mean' must be a numpy array"):
         aggregate_mapped_stats([{"v": {**good, "mean": 0.0, "count": np.array([3])}}])
+
+
+def test_schemas_and_mappers_pickle_for_dataloader_workers(sim5):
+    schema = _schema(**{"observation.images.top": KeySpec.camera(3, 96, 128)})
+    mapper = map_source_features(sim5["meta"], {LEFT: None}, schema, source_id="sim5")
+    copy = pickle.loads(pickle.dumps(mapper))
+    assert copy.schema == schema and copy.key_map == mapper.key_map
+    assert copy.dropped_keys == mapper.dropped_keys and copy.missing_keys == mapper.missing_keys
+    ours, theirs = mapper(sim5["sample"]), copy(sim5["sample"])
+    assert ours.keys() == theirs.keys()
+    for key, value in ours.items():
+        assert (
+            torch.equal(value, theirs[key])
+            if isinstance(value, torch.Tensor)
+            else value == theirs[key]
+        )

@@ -147,8 +147,9 @@ class KeySpec:
         dtype: ``float32`` or ``uint8`` for cameras; a numeric dtype name for vectors; a
             numeric dtype or ``string`` for passthrough keys.
         required: whether every source must have the key (a ``ConfigError`` otherwise).
-            Cameras default to False (a missing one is zeros with its mask False); a vector
-            may be declared not required (zeros, mask False); passthrough keys are required.
+            A camera or vector not required may be missing from a source: zeros, its mask
+            False (:meth:`camera` makes cameras not required unless asked); passthrough keys
+            are always required.
     """
 
     kind: KeyKind
@@ -258,6 +259,10 @@ class MixtureSchema:
 
     def __hash__(self) -> int:
         return hash((tuple(self.keys.items()), self.resize))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a read-only mapping does not pickle; DataLoader workers receive a plain dict
+        return (MixtureSchema, (dict(self.keys), self.resize))
 
     def _of_kind(self, kind: KeyKind) -> tuple[str, ...]:
         return tuple(name for name, spec in self.keys.items() if spec.kind == kind)
@@ -682,6 +687,20 @@ class SourceMapper:
         """This source's statistics on the output keys (see :func:`map_stats`)."""
         return map_stats(stats, self.key_map, self.schema, source=self._where())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # sent to DataLoader workers: the read-only key map goes as a plain dict
+        return (
+            _rebuild_mapper,
+            (
+                self.source_id,
+                self.source_index,
+                self.schema,
+                dict(self.key_map),
+                self.dropped_keys,
+                self.routes,
+            ),
+        )
+
     def _where(self) -> str:
         return f"source {self.source_index} ({self.source_id})"
 
@@ -699,18 +718,18 @@ class SourceMapper:
 
     def _camera(self, route: _Route, value: Any, *, stacked: bool) -> torch.Tensor:
         channels, height, width = route.spec.shape
-        images = value if stacked else value.unsqueeze(0)
         expected = (channels, *route.source_hw)
         if (
-            not isinstance(images, torch.Tensor)
-            or images.ndim != 4
-            or tuple(images.shape[1:]) != expected
+            not isinstance(value, torch.Tensor)
+            or tuple(value.shape[-3:]) != expected
+            or (value.ndim != (4 if stacked else 3))
         ):
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else shown(value)
             raise SamplingError(
                 f"{self._where()}: {route.source_key!r} should be {'(T, ' if stacked else '('}"
-                f"{', '.join(map(str, expected))}) frames, got "
-                f"{tuple(images.shape) if isinstance(images, torch.Tensor) else shown(value)}"
+                f"{', '.join(map(str, expected))}) frames, got {got}"
             )
+        images = value if stacked else value.unsqueeze(0)
         if images.dtype != route.spec.torch_dtype:
             if images.dtype == torch.uint8 and route.spec.dtype == "float32":
                 images = to_float(images)
@@ -740,6 +759,19 @@ class SourceMapper:
         padded = tensor.new_zeros((*tensor.shape[:-1], size), dtype=dtype)
         padded[..., : route.source_size] = tensor
         return padded
+
+
+def _rebuild_mapper(
+    source_id: str,
+    source_index: int,
+    schema: MixtureSchema,
+    key_map: dict[str, str],
+    dropped_keys: tuple[str, ...],
+    routes: tuple[_Route, ...],
+) -> SourceMapper:
+    return SourceMapper(
+        source_id, source_index, schema, types.MappingProxyType(key_map), dropped_keys, routes
+    )
 
 
 # --------------------------------------------------------------------------------------------
