@@ -684,3 +684,28 @@ def test_schemas_and_mappers_pickle_for_dataloader_workers(sim5):
             if isinstance(value, torch.Tensor)
             else value == theirs[key]
         )
+
+
+def test_samples_of_two_real_sources_batch_together(sim5, synthetic_av1, tmp_path):
+    """sim5 (3 cameras 96x128) and synthetic_av1 (2 cameras 64x48), stacked by the same
+    delta_timestamps, map onto one inferred schema and collate into one batch."""
+    with _open(synthetic_av1, tmp_path, delta_timestamps=DELTAS) as other:
+        schema = infer_schema([sim5["meta"], other.meta.dataset_meta], source_ids=["a", "b"])
+        mappers = [
+            map_source_features(meta, None, schema, source_id=sid, source_index=i)
+            for i, (sid, meta) in enumerate([("a", sim5["meta"]), ("b", other.meta.dataset_meta)])
+        ]
+        theirs = other[5]
+        samples = [mappers[0](sim5["stacked"]), mappers[1](theirs)]
+    assert samples[0].keys() == samples[1].keys()
+    batch = torch.utils.data.default_collate(samples)
+    assert batch[HIGH].shape == (2, 2, 3, 96, 128)
+    # 64x48 scaled 2x fills 128x96: no border, and every step resized alike
+    assert torch.equal(batch[HIGH][1], letterbox(theirs[HIGH], 96, 128))
+    assert batch[RIGHT].shape == (2, 3, 96, 128)
+    assert batch[f"{RIGHT}_mask"].tolist() == [True, False]
+    assert not batch[RIGHT][1].any()
+    assert batch["action"].shape == (2, 3, 6)
+    assert batch["source_index"].tolist() == [0, 1]
+    assert batch["source_id"] == ["a", "b"]
+    assert batch["action_is_pad"].shape == (2, 3)
