@@ -169,6 +169,14 @@ def test_a_shorter_vector_is_padded_with_zeros_and_masked(sim5):
     assert out["action_mask"].tolist() == [True] * 6 + [False] * 3
 
 
+def test_a_scalar_column_maps_to_a_vector_of_one_entry_and_more(sim5):
+    schema = MixtureSchema({"clock": KeySpec.vector(2, dtype="float64")})
+    mapper = map_source_features(sim5["meta"], {"timestamp": "clock"}, schema, source_id="s")
+    out = mapper(sim5["sample"])  # timestamp is a 0-d tensor in a sample
+    assert out["clock"].tolist() == [float(sim5["sample"]["timestamp"]), 0.0]
+    assert out["clock_mask"].tolist() == [True, False]
+
+
 def test_an_optional_vector_the_source_lacks_is_zeros_with_a_false_mask(sim5):
     schema = _schema(**{"observation.environment_state": KeySpec.vector(4, required=False)})
     mapper = map_source_features(

@@ -373,7 +373,7 @@ def letterbox_geometry(
 def _resize(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Bilinear, antialiased resize of (N, C, h, w) images; uint8 stays uint8."""
     if images.dtype == torch.uint8 and images.device.type != "cpu":
-        # torch's uint8 bilinear kernels (exact, rounded) exist on the CPU only
+        # torch's uint8 bilinear kernels are CPU ones: elsewhere, float32 then rounded
         resized = functional.interpolate(
             images.to(torch.float32),
             size=(height, width),
