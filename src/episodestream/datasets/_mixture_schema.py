@@ -39,9 +39,11 @@ Statistics (``meta/stats.json``: per key ``mean``, ``std``, ``min``, ``max``, ``
 quantiles such as ``q01``): :func:`map_stats` renames a source's statistics as its samples
 are renamed; a padded vector entry gets the statistics of the zeros the mapper puts there
 (every statistic 0, the source's count), so the mixture's statistics are exactly those of
-the values it yields — no invented unit scale drags the normalisation of the sources that
-do have the entry, and an entry padded in every source normalises to 0 (LeRobot adds an
-epsilon to ``std`` and to ``max - min``). A key the source lacks entirely (a missing
+the values it yields: no invented unit scale drags the normalisation of the sources that
+do have the entry. An entry padded in every source has a zero spread, which LeRobot's
+normaliser (0.4) meets with an epsilon: it normalises to a constant (0 under MEAN_STD, -1
+under MIN_MAX and the quantile modes) and unnormalises to about 0, so a policy's output in
+a padded action entry decodes to zero. A key the source lacks entirely (a missing
 camera, a missing optional vector) contributes no statistics: LeRobot's ``aggregate_stats``
 pools each key over the sources that have it, so real frames are normalised by statistics
 of real frames and not pulled towards the zeros that stand in (the mask flags those). Camera
