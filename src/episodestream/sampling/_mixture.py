@@ -654,6 +654,7 @@ class MixtureSchedule:
         self._total = self._stop - self._first
         self._active = np.flatnonzero(self._quotas > 0)
         self._blocks = -(-self._total_epoch // self._block_size)
+        self._exact = False
         if self._shuffle and self._total_epoch:
             rng = generator(stream_key(self._seed, self._epoch, "mixture_phase"))
             phases = rng.integers(0, self._blocks, size=self._quotas.size, dtype=np.int64)
