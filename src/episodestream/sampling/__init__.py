@@ -33,6 +33,7 @@ from episodestream.sampling._mixture import (
     PassSegments,
     mixture_digest,
     mixture_quotas,
+    pass_seeds,
     pass_segments,
     slot_span,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "loader_consumption",
     "mixture_digest",
     "mixture_quotas",
+    "pass_seeds",
     "pass_segments",
     "plan_shards",
     "shard_episodes",

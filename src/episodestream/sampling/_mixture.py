@@ -76,6 +76,7 @@ __all__ = [
     "PassSegments",
     "mixture_digest",
     "mixture_quotas",
+    "pass_seeds",
     "pass_segments",
     "slot_span",
 ]
@@ -336,8 +337,16 @@ class PassSegments:
 
 
 def pass_seeds(seed: int, source: int, passes: ArrayLike) -> np.ndarray:
-    """The seeds of passes ``passes`` of source ``source`` (uint64): independent of the epoch."""
-    return counter_keys(stream_key(seed, 0, "mixture_pass", source), np.asarray(passes))
+    """The 64-bit seeds of passes ``passes`` over source ``source``'s frames (uint64 array):
+    a pure function of (seed, source, pass), whichever epoch reaches the pass. Derive a pass's
+    order of the frames from its seed, e.g. ``generator(seed, pass).permutation(size)`` or a
+    source-level pool seeded by it."""
+    seed = check_int("seed", seed, minimum=0, maximum=MAX_SEED)
+    source = check_int("source", source, minimum=0, maximum=MAX_COUNT)
+    numbers_of = np.asarray(passes)
+    if numbers_of.size and (numbers_of.dtype.kind not in "iu" or int(numbers_of.min()) < 0):
+        raise ConfigError(f"passes must be ints >= 0, got {shown(passes)}")
+    return counter_keys(stream_key(seed, 0, "mixture_pass", source), numbers_of)
 
 
 def pass_segments(
