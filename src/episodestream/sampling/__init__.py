@@ -1,5 +1,6 @@
 """Pure sampling layer: which slot owns which episodes, the exact-coverage pool order (of
-episodes, or of decoded windows), resume state, and LeRobot ``delta_timestamps`` arithmetic.
+episodes, or of decoded windows), a weighted mixture's order over many sources, resume state,
+and LeRobot ``delta_timestamps`` arithmetic.
 No I/O, no threads, no torch.
 
 Everything here is a pure function of (seed, epoch, episode set, slot, pool parameters); the
@@ -22,6 +23,20 @@ from episodestream.sampling._deltas import (
     delta_query,
 )
 from episodestream.sampling._loader import loader_consumption
+from episodestream.sampling._mixture import (
+    DEFAULT_BLOCK_SIZE,
+    MAX_PASS_SEGMENTS,
+    MixtureBatch,
+    MixtureSchedule,
+    MixtureState,
+    MixtureWeight,
+    PassSegments,
+    mixture_digest,
+    mixture_quotas,
+    pass_seeds,
+    pass_segments,
+    slot_span,
+)
 from episodestream.sampling._pool import (
     DEFAULT_POOL_SIZE,
     DrawBatch,
@@ -44,6 +59,7 @@ from episodestream.sampling._windows import (
 )
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_SPREAD",
     "DEFAULT_WINDOW_FRAMES",
@@ -51,10 +67,16 @@ __all__ = [
     "MAX_DELTA_SECONDS",
     "MAX_EPISODE_INDEX",
     "MAX_LOADER_WORKERS",
+    "MAX_PASS_SEGMENTS",
     "MAX_SEED",
     "MAX_WORLD_SIZE",
     "DeltaQuery",
     "DrawBatch",
+    "MixtureBatch",
+    "MixtureSchedule",
+    "MixtureState",
+    "MixtureWeight",
+    "PassSegments",
     "PoolEvent",
     "PoolParams",
     "PoolSchedule",
@@ -71,8 +93,13 @@ __all__ = [
     "episode_selection",
     "episodes_digest",
     "loader_consumption",
+    "mixture_digest",
+    "mixture_quotas",
+    "pass_seeds",
+    "pass_segments",
     "plan_shards",
     "shard_episodes",
+    "slot_span",
     "split_budget",
     "window_bounds",
     "window_slots",

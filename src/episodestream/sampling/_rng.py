@@ -21,7 +21,15 @@ _PURPOSES = {
     "window_order": 5,
     "window_pool": 6,
     "window_spread": 7,
+    "mixture_phase": 8,
+    "mixture_block": 9,
+    "mixture_pass": 10,
 }
+
+# splitmix64's increment and finaliser constants (Steele, Lea and Flood 2014)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
 def stream_key(seed: int, epoch: int, purpose: str, *context: int) -> int:
@@ -33,3 +41,14 @@ def stream_key(seed: int, epoch: int, purpose: str, *context: int) -> int:
 def generator(key: int, counter_id: int = 0) -> np.random.Generator:
     """An independent generator for ``counter_id`` (e.g. an episode id) under ``key``."""
     return np.random.Generator(np.random.Philox(key=np.array([key, counter_id], dtype=np.uint64)))
+
+
+def counter_keys(key: int, counters: np.ndarray) -> np.ndarray:
+    """Independent 64-bit keys for many ``counters`` (e.g. pass numbers) under ``key`` at once
+    (uint64 array): splitmix64's finaliser of ``key + (counter + 1) * golden``, vectorised, for
+    where one ``SeedSequence`` per counter would cost too much."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(key) + (np.asarray(counters, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX_1
+        z = (z ^ (z >> np.uint64(27))) * _MIX_2
+        return z ^ (z >> np.uint64(31))
