@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
-from episodestream.storage._transport import (
+from episodestream.storage.http._transport import (
     PoolTimeout,
     ProtocolError,
     TransportOptions,

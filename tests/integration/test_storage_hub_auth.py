@@ -11,7 +11,7 @@ import pytest
 
 from episodestream import ConfigError, StorageError
 from episodestream.storage import HubRangeReader, RetryPolicy, hub_token
-from episodestream.storage import _hub as hub_module
+from episodestream.storage.hub import _reader as hub_module
 from episodestream.storage._messages import MAX_MESSAGE_CHARS, server_message
 from episodestream.storage._urls import origin_of
 from tests.plugins.storage import Fault, FaultServer, HubStandIn

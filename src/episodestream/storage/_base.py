@@ -10,14 +10,12 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from episodestream._closing import Closing
 from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, LocationError
-
-if TYPE_CHECKING:
-    from episodestream.storage._deadline import Deadline
+from episodestream.storage._deadline import Deadline
 
 __all__ = [
     "DEFAULT_READ_FILE_MAX_BYTES",
@@ -240,7 +238,7 @@ class BaseRangeReader(Closing, abc.ABC):
     (``reader=``); layers above storage type against :class:`RangeReader`.
 
     ``_deadline``: the deadline of an operation in progress through this reader (opening a
-    dataset: ``_deadline.reads_within``), checked by the backends' reads; never pickled.
+    dataset: ``_within.reads_within``), checked by the backends' reads; never pickled.
     """
 
     _deadline: Deadline | None = None

@@ -47,7 +47,7 @@ from episodestream.storage._base import (
     normalize_relative_path,
 )
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Limits, Timeouts
-from episodestream.storage._httpbody import body_deadline_seconds
+from episodestream.storage._deadline import body_deadline_seconds
 from episodestream.storage._location import Location
 from episodestream.storage._runner import TrackedPool, shut_down
 from episodestream.storage._urls import redact_url

@@ -31,18 +31,18 @@ from episodestream.errors import (
     StorageTimeout,
 )
 from episodestream.storage._config import Limits, RetryPolicy, Timeouts
-from episodestream.storage._hostgate import HOST_GATES
-from episodestream.storage._httpmetrics import Metrics
-from episodestream.storage._httprules import describe_error, unsatisfied_total
 from episodestream.storage._messages import server_message
-from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
-from episodestream.storage._transport import (
+from episodestream.storage._urls import redact_url
+from episodestream.storage.http._hostgate import HOST_GATES
+from episodestream.storage.http._metrics import Metrics
+from episodestream.storage.http._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
+from episodestream.storage.http._rules import describe_error, unsatisfied_total
+from episodestream.storage.http._transport import (
     PoolTimeout,
     ProtocolError,
     ProxyRefused,
     ProxyUnreachable,
 )
-from episodestream.storage._urls import redact_url
 
 if TYPE_CHECKING:
     from episodestream.storage._deadline import Deadline

@@ -34,9 +34,10 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 
-from episodestream.storage._proxy import Proxy, proxy_for
-from episodestream.storage._tls import client_context
-from episodestream.storage._transport import (
+from episodestream.storage._urls import origin_of
+from episodestream.storage.http._proxy import Proxy, proxy_for
+from episodestream.storage.http._tls import client_context
+from episodestream.storage.http._transport import (
     MIN_BYTES_PER_SECOND,
     ExchangeTooSlow,
     PoolTimeout,
@@ -46,7 +47,6 @@ from episodestream.storage._transport import (
     TransportOptions,
     current_exchange_deadline,
 )
-from episodestream.storage._urls import origin_of
 
 __all__ = [
     "MAX_INTERIM_RESPONSES",

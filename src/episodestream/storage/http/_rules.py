@@ -25,8 +25,8 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from episodestream.storage._redirects import signed_url_expiry
 from episodestream.storage._urls import redact_url
+from episodestream.storage.http._redirects import signed_url_expiry
 
 __all__ = [
     "EXPIRY_MARGIN_SECONDS",

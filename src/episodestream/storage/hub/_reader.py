@@ -28,10 +28,10 @@ from typing import Any
 
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
 from episodestream.storage._base import FileInfo, normalize_relative_path
-from episodestream.storage._http import HttpRangeReader, _FileState
-from episodestream.storage._hubapi import hub_commit, hub_endpoint, hub_token
 from episodestream.storage._location import Location
 from episodestream.storage._urls import origin_of
+from episodestream.storage.http._reader import HttpRangeReader, _FileState
+from episodestream.storage.hub._api import hub_commit, hub_endpoint, hub_token
 
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_endpoint", "hub_token"]
 
