@@ -16,6 +16,7 @@ from episodestream._closing import Closing
 from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, LocationError
 from episodestream.storage._deadline import Deadline
+from episodestream.storage._urls import shorten
 
 __all__ = [
     "DEFAULT_READ_FILE_MAX_BYTES",
@@ -95,14 +96,14 @@ def normalize_relative_path(path: str) -> str:
     if not isinstance(path, str):
         raise LocationError(f"relative path must be a str, got {type(path).__name__}")
     if "\x00" in path or "\\" in path:
-        raise LocationError(f"relative path {path!r} contains a NUL byte or a backslash")
+        raise LocationError(f"relative path {shorten(path)!r} contains a NUL byte or a backslash")
     if path.startswith("/") or "://" in path:
-        raise LocationError(f"path {path!r} is not relative to the dataset root")
+        raise LocationError(f"path {shorten(path)!r} is not relative to the dataset root")
     normalized = posixpath.normpath(path) if path else "."
     if normalized == ".":
         return ""
     if normalized == ".." or normalized.startswith("../"):
-        raise LocationError(f"path {path!r} escapes the dataset root")
+        raise LocationError(f"path {shorten(path)!r} escapes the dataset root")
     return normalized
 
 

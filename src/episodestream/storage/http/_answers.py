@@ -18,7 +18,7 @@ from episodestream.errors import (
 from episodestream.storage._base import (
     BaseRangeReader,
 )
-from episodestream.storage._urls import redact_url
+from episodestream.storage._urls import shown_url
 from episodestream.storage.http._body import (
     read_body,
     read_small_body,
@@ -284,7 +284,7 @@ class HttpAnswers(BaseRangeReader):
         limited = 0
         started = time.monotonic()
         gate_mark = HOST_GATES.waited_here()
-        state = _FileState(url, redact_url(url))
+        state = _FileState(url, shown_url(url))
         while True:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")
@@ -297,8 +297,8 @@ class HttpAnswers(BaseRangeReader):
                     if status in REDIRECT_STATUSES:
                         hops += 1
                         if hops > MAX_REDIRECTS:
-                            raise InvalidResponse(f"{redact_url(url)}: too many redirects")
-                        url = self._redirect_target(response, url, redact_url(url))
+                            raise InvalidResponse(f"{shown_url(url)}: too many redirects")
+                        url = self._redirect_target(response, url, shown_url(url))
                         continue
                     if status == 200:
                         headers = response.headers
@@ -307,7 +307,7 @@ class HttpAnswers(BaseRangeReader):
                             max_bytes,
                             read_seconds=self._timeouts.read_seconds,
                             strict=True,
-                            where=redact_url(url),
+                            where=shown_url(url),
                         )
                         assert body is not None
                         self._metrics.add("bytes", len(body))

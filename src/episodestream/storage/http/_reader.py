@@ -56,7 +56,7 @@ from episodestream.storage._config import (
 from episodestream.storage._deadline import body_deadline_seconds
 from episodestream.storage._location import Location
 from episodestream.storage._runner import TrackedPool, run_bounded, shut_down
-from episodestream.storage._urls import basic_authorization, origin_of, redact_url, split_userinfo
+from episodestream.storage._urls import basic_authorization, origin_of, shown_url, split_userinfo
 from episodestream.storage.http._answers import _count_connect
 from episodestream.storage.http._exchange import HttpExchanges
 from episodestream.storage.http._failures import (
@@ -149,11 +149,11 @@ class HttpRangeReader(HttpExchanges):
             raise ConfigTypeError(f"base_url must be a str URL, got {type(base_url).__name__}")
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise StorageError(f"not an http(s) URL: {redact_url(base_url)!r}")
+            raise StorageError(f"not an http(s) URL: {shown_url(base_url)!r}")
         try:
             parts.port  # noqa: B018 - raises on a port out of range or not a number
         except ValueError as error:
-            raise StorageError(f"invalid port in {redact_url(base_url)!r}: {error}") from None
+            raise StorageError(f"invalid port in {shown_url(base_url)!r}: {error}") from None
         self._base_url = base_url.rstrip("/")
         if token is not None and (isinstance(token, bool) or not isinstance(token, str)):
             # True/False mean "look one up" / "send none" for hf:// roots only
@@ -178,7 +178,7 @@ class HttpRangeReader(HttpExchanges):
         if userinfo is not None:
             if any(name.lower() == "authorization" for name in credentials):
                 raise ConfigError(
-                    f"{redact_url(base_url)!r}: credentials in the URL (user:password@) and a "
+                    f"{shown_url(base_url)!r}: credentials in the URL (user:password@) and a "
                     "token or Authorization header: give one of them"
                 )
             credentials["Authorization"] = basic_authorization(*userinfo)
@@ -266,7 +266,7 @@ class HttpRangeReader(HttpExchanges):
 
     def __repr__(self) -> str:
         # Never the credentials.
-        return f"{type(self).__name__}({redact_url(self._base_url)!r})"
+        return f"{type(self).__name__}({shown_url(self._base_url)!r})"
 
     def close(self) -> None:
         """Stop waiting retries, interrupt reads in flight, close every connection and join the
@@ -434,7 +434,7 @@ class HttpRangeReader(HttpExchanges):
             state = self._files.get(clean)
             if state is None:
                 url = self._url_for(clean)
-                state = self._files[clean] = _FileState(url, redact_url(url))
+                state = self._files[clean] = _FileState(url, shown_url(url))
             return state
 
     def _url_for(self, clean: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
 from episodestream.storage._base import FileInfo, normalize_relative_path
 from episodestream.storage._location import Location
-from episodestream.storage._urls import origin_of
+from episodestream.storage._urls import origin_of, shown_url
 from episodestream.storage.http._reader import HttpRangeReader, _FileState
 from episodestream.storage.hub._api import hub_commit, hub_endpoint, hub_token
 
@@ -77,7 +77,7 @@ class HubRangeReader(HttpRangeReader):
     ) -> None:
         parsed = Location.parse(location)
         if parsed.kind != "hub":
-            raise LocationError(f"not a Hub location: {parsed.url!r}")
+            raise LocationError(f"not a Hub location: {shown_url(parsed.url)!r}")
         endpoint = (endpoint or hub_endpoint()).rstrip("/")
         resolved_token = hub_token(token)
         super().__init__(endpoint, token=resolved_token, **http_options)
