@@ -12,7 +12,7 @@ Each backend writes so that a reader sees the old file or the new one, never hal
 
 Refusals (the Hub's 401/403, S3's AccessDenied, a moved branch) raise :class:`PublishError`
 with the destination and the service's own message (never the token); ``huggingface_hub``
-errors go through the same translation as reads (``_hubapi.translate_hub_error``).
+errors go through the same translation as reads (``hub/_api.translate_hub_error``).
 Bucket writes need huggingface_hub's bucket API (``HfApi.batch_bucket_files``, from the 1.x
 line; the ``hub`` extra also allows 0.x, which LeRobot 0.4 pins): without it,
 :func:`check_publishable` refuses before anything is built.

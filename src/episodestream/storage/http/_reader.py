@@ -1,9 +1,11 @@
 """Native HTTP(S) range reader on a minimal HTTP/1.1 transport (chosen by measurement:
 docs/HTTP_CLIENTS.md; see ``_wire.py``), reached through the ``Transport`` seam
-(``_transport.py``); the rules applied to answers, apart from any socket, are ``_httprules.py``.
-Around the read path here: body reading (``_httpbody.py``), failures, retries and the failure
-log (``_failures.py``), counters (``_httpmetrics.py``), the bounded thread runner behind
-``read_many`` and split ranges (``_runner.py``).
+(``_transport.py``); the rules applied to answers, apart from any socket, are ``_rules.py``.
+This module holds the reader's lifecycle, public reads and their planning; one exchange is
+``_exchange.py``, checking its answer ``_answers.py``. Around them: body reading
+(``_body.py``), failures, retries and the failure log (``_failures.py``), counters
+(``_metrics.py``), the bounded thread runner behind ``read_many`` and split ranges
+(``storage/_runner.py``).
 
 One exchange = one ``GET`` with a single ``Range``. Every answer is checked before a byte of it is
 trusted: status, ``Content-Range`` start/end/total, body length and the file's validator (ETag or

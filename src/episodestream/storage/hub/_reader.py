@@ -1,7 +1,7 @@
 """Hugging Face Hub reader: dataset repos (revision pinned to a commit) and buckets.
 
 The control plane (the token to send, the endpoint, a revision's commit) is huggingface_hub's
-(``_hubapi.py``). Files are read through the Hub's ``resolve`` URLs with the native HTTP reader,
+(``_api.py``). Files are read through the Hub's ``resolve`` URLs with the native HTTP reader,
 measured to win on byte ranges (docs/HTTP_CLIENTS.md). Small git files
 are served by the Hub itself; large (LFS/Xet) files are redirected to one of several CDN hosts
 with a signed, expiring URL that may be valid for the exact ``Range`` of the redirected request
