@@ -5,29 +5,17 @@ status into its error, and small whole documents (API answers)."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
 
-from episodestream.errors import (
-    InvalidResponse,
-    RangeNotSupported,
-    StaleSourceError,
-    StorageError,
-)
-from episodestream.storage._base import (
-    BaseRangeReader,
-)
+from episodestream.errors import InvalidResponse, RangeNotSupported, StaleSourceError, StorageError
+from episodestream.storage._base import BaseRangeReader
+from episodestream.storage._config import Limits, RetryPolicy, Timeouts
 from episodestream.storage._urls import shown_url
-from episodestream.storage.http._body import (
-    read_body,
-    read_small_body,
-    skip_body,
-)
-from episodestream.storage.http._failures import (
-    Retry,
-    status_failure,
-)
+from episodestream.storage.http._body import read_body, read_small_body, skip_body
+from episodestream.storage.http._failures import Retrier, Retry, status_failure
 from episodestream.storage.http._hostgate import HOST_GATES
 from episodestream.storage.http._metrics import Metrics
 from episodestream.storage.http._redirects import REDIRECT_HOSTS
@@ -43,14 +31,8 @@ from episodestream.storage.http._rules import (
     redirect_target,
     target_is_fresh,
 )
-from episodestream.storage.http._state import (
-    MAX_REDIRECTS,
-    MAX_SMALL_BODY_BYTES,
-    _FileState,
-)
-from episodestream.storage.http._transport import (
-    Response,
-)
+from episodestream.storage.http._state import MAX_REDIRECTS, MAX_SMALL_BODY_BYTES, FileState
+from episodestream.storage.http._transport import Response, Transport
 
 __all__ = ["HttpAnswers"]
 
@@ -60,12 +42,29 @@ logger = logging.getLogger(__name__)
 class HttpAnswers(BaseRangeReader):
     """Answer handling of :class:`~episodestream.storage.http._reader.HttpRangeReader`.
 
-    The state it works on is the reader's (set up by its ``__init__`` and ``_init_runtime``).
+    The state it works on is the reader's, declared here and set up by the reader's
+    ``__init__`` and ``_init_runtime``; ``_send`` is :class:`HttpExchanges`'.
     """
+
+    _auth_origin: tuple[str, str, int]
+    _credentials: dict[str, str]
+    _headers_by_url: dict[str, dict[str, str]]
+    _limits: Limits
+    _lock: threading.Lock
+    _max_skip_bytes: int
+    _metrics: Metrics
+    _retrier: Retrier
+    _retry: RetryPolicy
+    _stop: threading.Event
+    _timeouts: Timeouts
+    _transport: Transport
+
+    def _send(self, url: str, extra: dict[str, str] | None = None) -> Response:
+        raise NotImplementedError  # HttpExchanges sends
 
     # ------------------------------------------------------------------ redirect targets
 
-    def _choose_url(self, state: _FileState) -> tuple[str, bool]:
+    def _choose_url(self, state: FileState) -> tuple[str, bool]:
         """(URL to send a new range to, whether it is a cached target reused for it)."""
         with self._lock:
             target = state.target
@@ -77,7 +76,7 @@ class HttpAnswers(BaseRangeReader):
             return target, True
         return state.url, False
 
-    def _learn_reuse(self, state: _FileState, target: str, status: int) -> None:
+    def _learn_reuse(self, state: FileState, target: str, status: int) -> None:
         """Report how a host answered a target reused for another range (see _redirects)."""
         if status == 403:
             self._metrics.add("target_refusals")
@@ -90,7 +89,7 @@ class HttpAnswers(BaseRangeReader):
                 urllib.parse.urlsplit(state.url).netloc,
             )
 
-    def _follow(self, state: _FileState, response: Response, url: str, start: int, end: int) -> str:
+    def _follow(self, state: FileState, response: Response, url: str, start: int, end: int) -> str:
         """The checked absolute target of a redirect answer (its body drained)."""
         headers = response.headers
         target = self._redirect_target(response, url, f"{state.label} bytes {start}-{end - 1}")
@@ -110,7 +109,7 @@ class HttpAnswers(BaseRangeReader):
             raise InvalidResponse(f"{where}: {error}") from None
 
     def _on_resolve(
-        self, state: _FileState, headers: Mapping[str, str], start: int, end: int
+        self, state: FileState, headers: Mapping[str, str], start: int, end: int
     ) -> None:
         """The origin redirected the file: subclasses read what it says of the file's identity
         (the Hub: ``X-Linked-Size``, ``X-Linked-Etag``). Plain HTTP: nothing."""
@@ -125,7 +124,7 @@ class HttpAnswers(BaseRangeReader):
 
     def _take_partial(
         self,
-        state: _FileState,
+        state: FileState,
         response: Response,
         start: int,
         end: int,
@@ -155,7 +154,7 @@ class HttpAnswers(BaseRangeReader):
 
     def _take_whole(
         self,
-        state: _FileState,
+        state: FileState,
         response: Response,
         start: int,
         end: int,
@@ -191,7 +190,7 @@ class HttpAnswers(BaseRangeReader):
         return received
 
     def _check_total(
-        self, state: _FileState, response: Response, total: int | None, limit: int | None
+        self, state: FileState, response: Response, total: int | None, limit: int | None
     ) -> None:
         if limit is not None and total is not None and total > limit:
             raise InvalidResponse(
@@ -199,7 +198,7 @@ class HttpAnswers(BaseRangeReader):
                 f"max_bytes={limit}; read it by ranges"
             )
 
-    def _clip_to_size(self, state: _FileState, end: int) -> int:
+    def _clip_to_size(self, state: FileState, end: int) -> int:
         with self._lock:
             size = state.size
         return end if size is None else min(end, size)
@@ -214,7 +213,7 @@ class HttpAnswers(BaseRangeReader):
 
     def _pin(
         self,
-        state: _FileState,
+        state: FileState,
         headers: Mapping[str, str],
         total: int | None,
         start: int,
@@ -251,7 +250,7 @@ class HttpAnswers(BaseRangeReader):
 
     def _raise_for_status(
         self,
-        state: _FileState,
+        state: FileState,
         response: Response,
         start: int | None,
         end: int | None,
@@ -284,7 +283,7 @@ class HttpAnswers(BaseRangeReader):
         limited = 0
         started = time.monotonic()
         gate_mark = HOST_GATES.waited_here()
-        state = _FileState(url, shown_url(url))
+        state = FileState(url, shown_url(url))
         while True:
             if self._stop.is_set():
                 raise StorageError(f"{self!r} is closed")

@@ -8,19 +8,11 @@ from __future__ import annotations
 import logging
 import time
 
-from episodestream.errors import (
-    InvalidResponse,
-    StorageError,
-)
+from episodestream.errors import InvalidResponse, StorageError
 from episodestream.storage._urls import origin_of
 from episodestream.storage.http._answers import HttpAnswers
-from episodestream.storage.http._body import (
-    read_small_body,
-)
-from episodestream.storage.http._failures import (
-    Retry,
-    send_failure,
-)
+from episodestream.storage.http._body import read_small_body
+from episodestream.storage.http._failures import Retry, send_failure
 from episodestream.storage.http._hostgate import HOST_GATES
 from episodestream.storage.http._redirects import REDIRECT_HOSTS
 from episodestream.storage.http._rules import (
@@ -30,16 +22,13 @@ from episodestream.storage.http._rules import (
     unsatisfied_total,
 )
 from episodestream.storage.http._state import (
-    _MAX_ROUTES,
-    _USER_AGENT,
     MAX_REDIRECTS,
+    MAX_ROUTES,
     MAX_TARGET_REFUSALS,
-    _FileState,
+    USER_AGENT,
+    FileState,
 )
-from episodestream.storage.http._transport import (
-    Response,
-    exchange_deadline,
-)
+from episodestream.storage.http._transport import Response, exchange_deadline
 
 __all__ = ["HttpExchanges"]
 
@@ -48,12 +37,12 @@ logger = logging.getLogger(__name__)
 
 class HttpExchanges(HttpAnswers):
     """Requests and range exchanges of :class:`~episodestream.storage.http._reader.HttpRangeReader`
-    (the attributes it sets up are declared on :class:`HttpAnswers`)."""
+    (the reader's state they use is declared on :class:`HttpAnswers`)."""
 
     # ------------------------------------------------------------------------- transport
 
     def _headers_for(self, url: str) -> dict[str, str]:
-        headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if self._credentials and origin_of(url) == self._auth_origin:
             headers.update(self._credentials)
         return headers
@@ -63,7 +52,7 @@ class HttpExchanges(HttpAnswers):
         headers = self._headers_by_url.get(url)
         if headers is None:
             headers = self._headers_for(url)
-            if len(self._headers_by_url) > _MAX_ROUTES:
+            if len(self._headers_by_url) > MAX_ROUTES:
                 self._headers_by_url.clear()
             self._headers_by_url[url] = headers
         return headers
@@ -105,7 +94,7 @@ class HttpExchanges(HttpAnswers):
 
     # -------------------------------------------------------------------------- exchanges
 
-    def _probe(self, state: _FileState) -> None:
+    def _probe(self, state: FileState) -> None:
         """Learn and pin size and validators with one ``bytes=0-0`` request.
 
         A GET rather than a HEAD: signed CDN URLs are often valid for GET only.
@@ -114,7 +103,7 @@ class HttpExchanges(HttpAnswers):
 
     def _fetch(
         self,
-        state: _FileState,
+        state: FileState,
         offset: int,
         length: int,
         *,

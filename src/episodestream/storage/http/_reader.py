@@ -33,12 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from episodestream.errors import (
-    ConfigError,
-    ConfigTypeError,
-    InvalidResponse,
-    StorageError,
-)
+from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, StorageError
 from episodestream.storage._base import (
     DEFAULT_READ_FILE_MAX_BYTES,
     FileInfo,
@@ -61,27 +56,17 @@ from episodestream.storage._runner import TrackedPool, run_bounded, shut_down
 from episodestream.storage._urls import basic_authorization, origin_of, shown_url, split_userinfo
 from episodestream.storage.http._answers import _count_connect
 from episodestream.storage.http._exchange import HttpExchanges
-from episodestream.storage.http._failures import (
-    FailureLog,
-    Retrier,
-)
+from episodestream.storage.http._failures import FailureLog, Retrier
 from episodestream.storage.http._metrics import Metrics
 from episodestream.storage.http._ratelimit import MAX_QUOTA_WAITS
-from episodestream.storage.http._rules import (
-    coalesce_ranges,
-    split_range,
-)
+from episodestream.storage.http._rules import coalesce_ranges, split_range
 from episodestream.storage.http._state import (
     DEFAULT_MAX_SKIP_BYTES,
     MAX_REDIRECTS,
     MAX_TARGET_REFUSALS,
-    _FileState,
+    FileState,
 )
-from episodestream.storage.http._transport import (
-    Transport,
-    TransportFactory,
-    TransportOptions,
-)
+from episodestream.storage.http._transport import Transport, TransportFactory, TransportOptions
 from episodestream.storage.http._wire import WireTransport
 
 __all__ = ["DEFAULT_MAX_SKIP_BYTES", "HttpRangeReader"]
@@ -194,7 +179,7 @@ class HttpRangeReader(HttpExchanges):
         self._verify = verify
         self._seed = seed
         self._transport_factory = transport
-        self._files: dict[str, _FileState] = {}
+        self._files: dict[str, FileState] = {}
         self._init_runtime()
 
     # ----------------------------------------------------------------- lifecycle and pickling
@@ -243,7 +228,7 @@ class HttpRangeReader(HttpExchanges):
         }
         with self._lock:
             state["_files"] = {
-                path: _FileState(f.url, f.label, f.target, f.size, f.etag, f.last_modified)
+                path: FileState(f.url, f.label, f.target, f.size, f.etag, f.last_modified)
                 for path, f in self._files.items()
             }
         return state
@@ -366,7 +351,7 @@ class HttpRangeReader(HttpExchanges):
         requests = list(requests)
         results: list[bytes] = [b""] * len(requests)
         groups: dict[str, list[int]] = {}
-        states: dict[str, _FileState] = {}
+        states: dict[str, FileState] = {}
         for index, request in enumerate(requests):
             clean = normalize_relative_path(request.path)
             if clean not in states:
@@ -377,14 +362,14 @@ class HttpRangeReader(HttpExchanges):
         for clean, indices in groups.items():
             for index in indices:
                 self._check_bounds(states[clean], requests[index].offset, requests[index].length)
-        units: list[tuple[_FileState, int, int, list[int]]] = []
+        units: list[tuple[FileState, int, int, list[int]]] = []
         for clean, indices in groups.items():
             for start, end, members in self._coalesce(requests, indices):
                 units.append((states[clean], start, end, members))
                 if len(members) > 1:
                     self._metrics.add("coalesced_requests", len(members) - 1)
         # Every unit's parts go to the pool as one flat list: no task waits on another task.
-        parts: list[tuple[_FileState, int, int]] = []
+        parts: list[tuple[FileState, int, int]] = []
         owners: list[int] = []
         for number, (state, start, end, _) in enumerate(units):
             for part_start, part_size in self._split(start, end - start):
@@ -405,7 +390,7 @@ class HttpRangeReader(HttpExchanges):
         self._metrics.add("bytes_returned", sum(r.length for r in requests))
         return results
 
-    def _check_bounds(self, state: _FileState, offset: int, length: int) -> None:
+    def _check_bounds(self, state: FileState, offset: int, length: int) -> None:
         """A range past the end of a file of known size fails before any request."""
         with self._lock:
             size = state.size
@@ -429,14 +414,14 @@ class HttpRangeReader(HttpExchanges):
 
     # ------------------------------------------------------------------------- planning
 
-    def _state(self, clean: str) -> _FileState:
+    def _state(self, clean: str) -> FileState:
         with self._lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             state = self._files.get(clean)
             if state is None:
                 url = self._url_for(clean)
-                state = self._files[clean] = _FileState(url, shown_url(url))
+                state = self._files[clean] = FileState(url, shown_url(url))
             return state
 
     def _url_for(self, clean: str) -> str:
@@ -461,7 +446,7 @@ class HttpRangeReader(HttpExchanges):
         )
         return [(start, end, [indices[m] for m in members]) for start, end, members in merged]
 
-    def _run_all(self, parts: list[tuple[_FileState, int, int]]) -> list[bytes]:
+    def _run_all(self, parts: list[tuple[FileState, int, int]]) -> list[bytes]:
         """Fetch ``(state, offset, length)`` parts on the reader's pool, at most
         ``limits.max_concurrency`` at once; the wait for helper threads is bounded by
         :meth:`_longest_read_seconds` of the largest part."""
@@ -500,7 +485,7 @@ class HttpRangeReader(HttpExchanges):
             + (1 + MAX_REDIRECTS + MAX_TARGET_REFUSALS) * exchange
         )
 
-    def _fetch_split(self, state: _FileState, offset: int, length: int) -> bytes:
+    def _fetch_split(self, state: FileState, offset: int, length: int) -> bytes:
         parts = self._split(offset, length)
         if len(parts) == 1:
             return self._fetch(state, offset, length)

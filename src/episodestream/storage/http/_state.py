@@ -7,8 +7,11 @@ from dataclasses import dataclass
 __all__ = [
     "DEFAULT_MAX_SKIP_BYTES",
     "MAX_REDIRECTS",
+    "MAX_ROUTES",
     "MAX_SMALL_BODY_BYTES",
     "MAX_TARGET_REFUSALS",
+    "USER_AGENT",
+    "FileState",
 ]
 
 # A server that ignores Range sends the whole file from byte 0: we stream past at most this many
@@ -18,15 +21,15 @@ MAX_REDIRECTS = 5
 # Refused (403) redirect targets in a row, each followed by a fresh resolve, before a read
 # gives up; reset whenever bytes arrive.
 MAX_TARGET_REFUSALS = 3
-_MAX_ROUTES = 4096  # URLs whose request headers are kept (signed URLs must not pile up)
+MAX_ROUTES = 4096  # URLs whose request headers are kept (signed URLs must not pile up)
 # read_file() refuses files larger than this unless told otherwise (metadata, not videos).
 # Error bodies, redirect bodies and API documents are read whole only up to this size.
 MAX_SMALL_BODY_BYTES = 64 * 1024 * 1024
-_USER_AGENT = "episodestream/0.1"
+USER_AGENT = "episodestream/0.1"
 
 
 @dataclass(slots=True)
-class _FileState:
+class FileState:
     """What the reader knows of one file; fields change only under the reader's lock."""
 
     url: str

@@ -73,7 +73,7 @@ _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 # URLs whose (pool, request target) are kept parsed; signed URLs must not pile up
-_MAX_ROUTES = 4096
+MAX_ROUTES = 4096
 
 
 class WireError(ProtocolError):
@@ -722,7 +722,7 @@ class WireTransport:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         route = (self._pool_for(url), target)
         with self._lock:
-            if len(self._routes) > _MAX_ROUTES:
+            if len(self._routes) > MAX_ROUTES:
                 self._routes.clear()
             self._routes[url] = route
         return route

@@ -30,7 +30,7 @@ from episodestream.errors import InvalidResponse, LocationError, NotFound, Stora
 from episodestream.storage._base import FileInfo, normalize_relative_path
 from episodestream.storage._location import Location
 from episodestream.storage._urls import origin_of, shown_url
-from episodestream.storage.http._reader import HttpRangeReader, _FileState
+from episodestream.storage.http._reader import FileState, HttpRangeReader
 from episodestream.storage.hub._api import hub_commit, hub_endpoint, hub_token
 
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_endpoint", "hub_token"]
@@ -139,7 +139,7 @@ class HubRangeReader(HttpRangeReader):
         return headers
 
     def _on_resolve(
-        self, state: _FileState, headers: Mapping[str, str], start: int, end: int
+        self, state: FileState, headers: Mapping[str, str], start: int, end: int
     ) -> None:
         """Pin (first resolve) or check (later ones) the identity the Hub gives the file."""
         identity = headers.get("X-Linked-Etag") or headers.get("X-Xet-Hash")
