@@ -14,6 +14,7 @@ it is used, and before any request where a server is involved.
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +26,12 @@ from episodestream import ConfigError, ConfigTypeError, LocationError, StorageEr
 from episodestream.storage import (
     FsspecRangeReader,
     HttpRangeReader,
+    Limits,
     LocalRangeReader,
     Location,
+    ReaderOptions,
     RetryPolicy,
+    Timeouts,
     open_reader,
 )
 from tests.plugins.storage import FaultServer, HubStandIn
@@ -54,6 +58,192 @@ def _check_message(error: BaseException, names: tuple[str, ...]) -> None:
     for name in names:
         assert name in message, f"{message!r} does not name {name!r}"
     assert len(message) < MESSAGE_BOUND_CHARS, f"a message of {len(message)} characters"
+
+
+# -- the option records: (record, field, value, error, names the message holds) ---------------
+
+LIMIT_FIELDS = (
+    ("max_connections_per_host", "MAX_CONNECTIONS"),
+    ("max_concurrency", "MAX_CONNECTIONS"),
+    ("split_threshold_bytes", "MAX_BYTES"),
+    ("split_part_bytes", "MAX_BYTES"),
+    ("coalesce_gap_bytes", "MAX_BYTES"),
+    ("coalesce_max_bytes", "MAX_BYTES"),
+)
+RETRY_SECONDS = (
+    "max_elapsed_seconds",
+    "backoff_initial_seconds",
+    "backoff_max_seconds",
+    "retry_after_max_seconds",
+    "rate_limit_max_seconds",
+)
+TIMEOUT_FIELDS = ("connect_seconds", "read_seconds", "pool_seconds", "open_seconds")
+
+RECORD_CASES: list[tuple[str, type, dict[str, Any], type[Exception], tuple[str, ...]]] = []
+for name, bound in LIMIT_FIELDS:
+    RECORD_CASES += [
+        (f"Limits.{name} 2**70", Limits, {name: BIG}, ConfigError, (f"Limits.{name}", bound)),
+        (f"Limits.{name} 10**5000", Limits, {name: HUGE_INT}, ConfigError, ("an int of", bound)),
+        (f"Limits.{name} -5", Limits, {name: -5}, ConfigError, (f"Limits.{name}", "-5")),
+        (f"Limits.{name} True", Limits, {name: True}, ConfigTypeError, (f"Limits.{name}",)),
+        (f"Limits.{name} 1e300", Limits, {name: 1e300}, ConfigTypeError, (f"Limits.{name}",)),
+    ]
+for name in RETRY_SECONDS:
+    RECORD_CASES += [
+        (
+            f"RetryPolicy.{name} 1e300",
+            RetryPolicy,
+            {name: 1e300},
+            ConfigError,
+            (f"RetryPolicy.{name}", "MAX_WAIT_SECONDS", "1e+300"),
+        ),
+        (f"RetryPolicy.{name} NaN", RetryPolicy, {name: math.nan}, ConfigError, ("finite",)),
+        (f"RetryPolicy.{name} -inf", RetryPolicy, {name: -math.inf}, ConfigError, ("finite",)),
+        (f"RetryPolicy.{name} -1", RetryPolicy, {name: -1.0}, ConfigError, (name,)),
+        (f"RetryPolicy.{name} True", RetryPolicy, {name: True}, ConfigTypeError, (name,)),
+        (f"RetryPolicy.{name} 10**5000", RetryPolicy, {name: HUGE_INT}, ConfigError, ("finite",)),
+    ]
+RECORD_CASES += [
+    (
+        "RetryPolicy.max_attempts 2**70",
+        RetryPolicy,
+        {"max_attempts": BIG},
+        ConfigError,
+        ("RetryPolicy.max_attempts", "MAX_RETRY_ATTEMPTS"),
+    ),
+    (
+        "RetryPolicy.max_attempts 0",
+        RetryPolicy,
+        {"max_attempts": 0},
+        ConfigError,
+        ("max_attempts",),
+    ),
+    (
+        "RetryPolicy.max_attempts True",
+        RetryPolicy,
+        {"max_attempts": True},
+        ConfigTypeError,
+        ("max_attempts",),
+    ),
+    (
+        "RetryPolicy.backoff_multiplier 1e300",
+        RetryPolicy,
+        {"backoff_multiplier": 1e300},
+        ConfigError,
+        ("RetryPolicy.backoff_multiplier", "MAX_BACKOFF_MULTIPLIER"),
+    ),
+    (
+        "RetryPolicy.backoff_multiplier inf",
+        RetryPolicy,
+        {"backoff_multiplier": math.inf},
+        ConfigError,
+        ("backoff_multiplier", "finite"),
+    ),
+    (
+        "RetryPolicy.backoff_multiplier NaN",
+        RetryPolicy,
+        {"backoff_multiplier": math.nan},
+        ConfigError,
+        ("backoff_multiplier", "finite"),
+    ),
+    ("RetryPolicy.jitter NaN", RetryPolicy, {"jitter": math.nan}, ConfigError, ("jitter",)),
+    ("RetryPolicy.jitter 2", RetryPolicy, {"jitter": 2.0}, ConfigError, ("jitter",)),
+    (
+        "RetryPolicy.retry_statuses 2**70",
+        RetryPolicy,
+        {"retry_statuses": {BIG}},
+        ConfigError,
+        ("retry_statuses", "MAX_HTTP_STATUS"),
+    ),
+    (
+        "RetryPolicy.retry_statuses True",
+        RetryPolicy,
+        {"retry_statuses": {True}},
+        ConfigTypeError,
+        ("retry_statuses",),
+    ),
+]
+for name in TIMEOUT_FIELDS:
+    RECORD_CASES += [
+        (
+            f"Timeouts.{name} 1e300",
+            Timeouts,
+            {name: 1e300},
+            ConfigError,
+            (f"Timeouts.{name}", "MAX_TIMEOUT_SECONDS"),
+        ),
+        (f"Timeouts.{name} NaN", Timeouts, {name: math.nan}, ConfigError, ("finite",)),
+        (f"Timeouts.{name} inf", Timeouts, {name: math.inf}, ConfigError, ("finite",)),
+        (f"Timeouts.{name} -1", Timeouts, {name: -1.0}, ConfigError, (name,)),
+        (f"Timeouts.{name} True", Timeouts, {name: True}, ConfigTypeError, (name,)),
+    ]
+RECORD_CASES += [
+    (
+        "ReaderOptions.max_skip_bytes 2**70",
+        ReaderOptions,
+        {"max_skip_bytes": BIG},
+        ConfigError,
+        ("max_skip_bytes", "MAX_BYTES"),
+    ),
+    (
+        "ReaderOptions.max_skip_bytes -1",
+        ReaderOptions,
+        {"max_skip_bytes": -1},
+        ConfigError,
+        ("max_skip_bytes",),
+    ),
+    (
+        "ReaderOptions.max_skip_bytes 1e300",
+        ReaderOptions,
+        {"max_skip_bytes": 1e300},
+        ConfigTypeError,
+        ("max_skip_bytes",),
+    ),
+    (
+        "ReaderOptions.max_concurrency 2**70",
+        ReaderOptions,
+        {"max_concurrency": BIG},
+        ConfigError,
+        ("max_concurrency", "MAX_CONNECTIONS"),
+    ),
+    (
+        "ReaderOptions.max_concurrency True",
+        ReaderOptions,
+        {"max_concurrency": True},
+        ConfigTypeError,
+        ("max_concurrency",),
+    ),
+    (
+        "ReaderOptions.seed 2**70",
+        ReaderOptions,
+        {"seed": BIG},
+        ConfigError,
+        ("seed", "MAX_SEED"),
+    ),
+    (
+        "ReaderOptions.seed 10**5000",
+        ReaderOptions,
+        {"seed": HUGE_INT},
+        ConfigError,
+        ("seed", "an int of"),
+    ),
+    ("ReaderOptions.seed -1", ReaderOptions, {"seed": -1}, ConfigError, ("seed",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "record", "kwargs", "error", "names"), RECORD_CASES, ids=[c[0] for c in RECORD_CASES]
+)
+def test_an_option_record_refuses_a_hostile_number(
+    case: str,
+    record: type,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    names: tuple[str, ...],
+) -> None:
+    refusal = _error(lambda: record(**kwargs))
+    assert isinstance(refusal, error), f"{case}: {refusal!r}"
+    _check_message(refusal, names)
 
 
 # -- the fsspec reader's own arguments ---------------------------------------------------------
