@@ -30,7 +30,7 @@ from benchmarks._common import add_json_option, put_out
 from benchmarks.storage import _Servers
 from benchmarks.transports import HttpxTransport, Urllib3Transport
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest
-from episodestream.storage._wire import WireTransport
+from episodestream.storage.http._wire import WireTransport
 
 __all__ = ["main", "run_http_clients_bench"]
 

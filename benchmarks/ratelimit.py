@@ -28,7 +28,7 @@ from pathlib import Path
 
 from episodestream.serving import NginxServer
 from episodestream.storage import HttpRangeReader
-from episodestream.storage._hostgate import HOST_GATES, HostGates
+from episodestream.storage.http._hostgate import HOST_GATES, HostGates
 
 __all__ = ["main"]
 

@@ -2,7 +2,7 @@
 
 Each adapter makes one client the way its documentation recommends for threads — a
 ``urllib3.PoolManager`` with a blocking per-host pool, one ``httpx.Client`` — and translates its
-exceptions into the ones the seam names (``storage/_transport.py``), so
+exceptions into the ones the seam names (``storage/http/_transport.py``), so
 :class:`~episodestream.storage.HttpRangeReader` runs on it unchanged: same redirects, checks,
 retries, splitting and threads; only the bytes' carrier differs. Neither follows redirects,
 retries, or decodes bodies itself.
@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
-from episodestream.storage._transport import (
+from episodestream.storage.http._transport import (
     PoolTimeout,
     ProtocolError,
     TransportOptions,

@@ -29,7 +29,7 @@ def _rate_limit_windows_of_this_session(tmp_path_factory: pytest.TempPathFactory
     """Rate-limit windows are shared through a folder of this session's own (spawned workers
     inherit it through the environment), never the user's ~/.cache: test servers on reused
     loopback ports must not inherit another run's windows."""
-    from episodestream.storage._hostgate import HOST_GATES, RATE_LIMIT_DIR_ENV
+    from episodestream.storage.http._hostgate import HOST_GATES, RATE_LIMIT_DIR_ENV
 
     directory = tmp_path_factory.mktemp("ratelimit")
     os.environ[RATE_LIMIT_DIR_ENV] = str(directory)

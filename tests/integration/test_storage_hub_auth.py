@@ -11,9 +11,9 @@ import pytest
 
 from episodestream import ConfigError, StorageError
 from episodestream.storage import HubRangeReader, RetryPolicy, hub_token
-from episodestream.storage import _hub as hub_module
 from episodestream.storage._messages import MAX_MESSAGE_CHARS, server_message
 from episodestream.storage._urls import origin_of
+from episodestream.storage.hub import _reader as hub_module
 from tests.plugins.storage import Fault, FaultServer, HubStandIn
 from tests.support.hf_env import reread_hf_environment
 

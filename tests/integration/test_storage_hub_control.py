@@ -31,7 +31,7 @@ from episodestream import (
 )
 from episodestream.serving import WanEmulator
 from episodestream.storage import HubRangeReader, RetryPolicy, Timeouts, hub_token
-from episodestream.storage._hubapi import call_hub, translate_hub_error
+from episodestream.storage.hub._api import call_hub, translate_hub_error
 from tests.plugins.proxy import ConnectProxy
 from tests.plugins.storage import HubStandIn
 from tests.support.hf_env import reread_hf_environment
@@ -304,7 +304,7 @@ def test_stored_login_and_legacy_variable_are_found_by_huggingface_hub(hub, tmp_
 
 
 def test_a_quota_announced_on_the_revision_lookup_is_waited_out(hub, caplog):
-    caplog.set_level(logging.WARNING, logger="episodestream.storage._hubapi")
+    caplog.set_level(logging.WARNING, logger="episodestream.storage.hub._api")
     _open(hub).close()
     hub.limit_rate(quota=1, window_seconds=2.0)
     _open(hub).close()  # the window's one request

@@ -11,7 +11,7 @@ import pytest
 
 from episodestream import StaleSourceError, StorageError
 from episodestream.storage import HubRangeReader, Limits, ReadRequest, RetryPolicy
-from episodestream.storage._redirects import REDIRECT_HOSTS, HostMode
+from episodestream.storage.http._redirects import REDIRECT_HOSTS, HostMode
 from tests.plugins.storage import Fault, HubStandIn
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import pytest
 
 from episodestream import EpisodeStreamDataset, ProxyError, StorageError
 from episodestream.storage import HttpRangeReader, ReadRequest, RetryPolicy
-from episodestream.storage._proxy import (
+from episodestream.storage.http._proxy import (
     Proxy,
     bypasses_proxy,
     environment_proxies,

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from episodestream.storage import RetryPolicy
-from episodestream.storage._hostgate import HostGates
-from episodestream.storage._ratelimit import RateLimit, parse_rate_limit
+from episodestream.storage.http._hostgate import HostGates
+from episodestream.storage.http._ratelimit import RateLimit, parse_rate_limit
 
 HUB_429 = {"RateLimit": '"api";r=0;t=55', "RateLimit-Policy": '"fixed window";"api";q=500;w=300'}
 
@@ -230,7 +230,7 @@ def test_a_window_held_by_one_process_closes_the_others_gate(tmp_path, caplog):
 
 
 def test_an_unchanged_window_file_is_not_reread(tmp_path, monkeypatch):
-    from episodestream.storage import _hostgate
+    from episodestream.storage.http import _hostgate
 
     reads: list[object] = []
     real = _hostgate._read_window
@@ -297,7 +297,7 @@ def test_without_a_folder_nothing_is_shared(tmp_path):
 
 
 def test_the_folder_from_the_environment(monkeypatch, tmp_path):
-    from episodestream.storage._hostgate import RATE_LIMIT_DIR_ENV, rate_limit_dir
+    from episodestream.storage.http._hostgate import RATE_LIMIT_DIR_ENV, rate_limit_dir
 
     monkeypatch.setenv(RATE_LIMIT_DIR_ENV, str(tmp_path / "shared"))
     assert rate_limit_dir() == tmp_path / "shared"
@@ -315,7 +315,7 @@ def test_the_folder_from_the_environment(monkeypatch, tmp_path):
 def test_share_rate_limits_is_validated_and_reaches_child_processes(monkeypatch, tmp_path):
     from episodestream import ConfigError, ConfigTypeError
     from episodestream.storage import share_rate_limits
-    from episodestream.storage._hostgate import HOST_GATES, RATE_LIMIT_DIR_ENV
+    from episodestream.storage.http._hostgate import HOST_GATES, RATE_LIMIT_DIR_ENV
 
     monkeypatch.setenv(RATE_LIMIT_DIR_ENV, str(HOST_GATES.shared_dir))  # restored afterwards
     previous = HOST_GATES.shared_dir
@@ -334,7 +334,7 @@ def test_share_rate_limits_is_validated_and_reaches_child_processes(monkeypatch,
             [
                 sys.executable,
                 "-c",
-                "from episodestream.storage._hostgate import HOST_GATES; "
+                "from episodestream.storage.http._hostgate import HOST_GATES; "
                 "print(HOST_GATES.shared_dir)",
             ],
             capture_output=True,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from episodestream.storage import HubRangeReader, RetryPolicy, share_rate_limits
-from episodestream.storage._hostgate import HOST_GATES
+from episodestream.storage.http._hostgate import HOST_GATES
 from tests.plugins.storage import HubStandIn, RecordedRequest
 
 pytestmark = pytest.mark.timeout(240)
@@ -53,7 +53,7 @@ class StampedHub(HubStandIn):
 
 @pytest.fixture
 def hub() -> Iterator[StampedHub]:
-    from episodestream.storage._redirects import REDIRECT_HOSTS
+    from episodestream.storage.http._redirects import REDIRECT_HOSTS
 
     REDIRECT_HOSTS.forget()
     HOST_GATES.forget()

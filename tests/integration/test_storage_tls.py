@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from episodestream.storage import _tls
+from episodestream.storage.http import _tls
 
 
 def test_system_store_used_when_present():

@@ -19,8 +19,8 @@ from benchmarks.transports import HttpxTransport, Urllib3Transport
 
 from episodestream import StorageError
 from episodestream.storage import HttpRangeReader, Limits, ReadRequest, RetryPolicy, Timeouts
-from episodestream.storage._transport import Response, TransportFactory, TransportOptions
-from episodestream.storage._wire import WireTransport
+from episodestream.storage.http._transport import Response, TransportFactory, TransportOptions
+from episodestream.storage.http._wire import WireTransport
 from tests.plugins.storage import Fault, FaultServer
 
 pytestmark = pytest.mark.timeout(120)

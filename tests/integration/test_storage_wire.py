@@ -10,7 +10,7 @@ import pytest
 
 from episodestream import InvalidResponse
 from episodestream.storage import HttpRangeReader, Limits, RetryPolicy, Timeouts
-from episodestream.storage._wire import WireError, WirePool, _Connection
+from episodestream.storage.http._wire import WireError, WirePool, _Connection
 from tests.plugins.storage import Fault, FaultServer
 
 pytestmark = pytest.mark.timeout(60)

@@ -1362,8 +1362,8 @@ def hub_standin() -> Iterator[HubStandIn]:
     """A fresh Hugging Face Hub stand-in (Hub API + resolve on 127.0.0.1, CDN hosts on
     127.0.0.2 and 127.0.0.3); what readers learnt of earlier stand-ins' CDN hosts is forgotten
     (a port may be reused), and so are rate-limit windows."""
-    from episodestream.storage._hostgate import HOST_GATES
-    from episodestream.storage._redirects import REDIRECT_HOSTS
+    from episodestream.storage.http._hostgate import HOST_GATES
+    from episodestream.storage.http._redirects import REDIRECT_HOSTS
 
     REDIRECT_HOSTS.forget()
     HOST_GATES.forget()

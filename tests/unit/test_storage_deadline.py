@@ -14,7 +14,7 @@ from episodestream.storage import (
     Timeouts,
     reads_within,
 )
-from episodestream.storage._deadline import open_seconds_of
+from episodestream.storage._within import open_seconds_of
 
 
 def test_a_deadline_names_the_operation_and_the_setting_that_bounds_it():

@@ -1,4 +1,4 @@
-"""The HTTP reader's socket-free rules (storage/_httprules.py), one table per rule.
+"""The HTTP reader's socket-free rules (storage/http/_rules.py), one table per rule.
 
 Each row is an input a server (honest, broken or hostile) may send and what the rule decides;
 no server, no socket, no clock.
@@ -11,8 +11,8 @@ import inspect
 
 import pytest
 
-from episodestream.storage import _httprules
-from episodestream.storage._httprules import (
+from episodestream.storage.http import _rules as _httprules
+from episodestream.storage.http._rules import (
     AnswerError,
     ContentRange,
     Identity,

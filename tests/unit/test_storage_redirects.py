@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from episodestream.storage._redirects import HostMode, RedirectBook, signed_url_expiry
+from episodestream.storage.http._redirects import HostMode, RedirectBook, signed_url_expiry
 
 A = "https://cas-bridge.example/a?x=1"
 A_OTHER = "https://cas-bridge.example/b?x=2"

@@ -14,8 +14,8 @@ import pytest
 
 from episodestream import StorageTimeout
 from episodestream.storage import HttpRangeReader
-from episodestream.storage._httpmetrics import Metrics
 from episodestream.storage._runner import TrackedPool, run_bounded, shut_down
+from episodestream.storage.http._metrics import Metrics
 
 # Bounds on waits for events the test itself sets: never reached unless something is broken.
 NEVER_SECONDS = 60.0

@@ -9,11 +9,11 @@ from episodestream.lerobot._lerobot_view import (
     LeRobotInfo,
     LeRobotMetadata,
 )
+from episodestream.lerobot._load import load_dataset_meta
 from episodestream.lerobot._meta import (
     DatasetMeta,
     EpisodeTable,
     VideoColumns,
-    load_dataset_meta,
     next_episode_starts,
     to_timestamp_convention,
 )

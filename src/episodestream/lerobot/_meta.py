@@ -15,21 +15,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodestream.errors import DatasetFormatError, EpisodeStreamError, NotFound, StorageError
+from episodestream.errors import DatasetFormatError, NotFound, StorageError
 from episodestream.lerobot._episode_rows import EpisodeRowLookup
 from episodestream.lerobot._features import Feature, parse_features
 from episodestream.lerobot._json import parse_json, shown_value
 from episodestream.lerobot._paths import check_template, resolve_template
 from episodestream.lerobot._rangefile import open_arrow_file
-from episodestream.storage import ListableReader, RangeReader, reads_within, redact_url
+from episodestream.storage import ListableReader, RangeReader
 
 __all__ = [
     "INFO_PATH",
     "DatasetMeta",
     "EpisodeTable",
     "VideoColumns",
-    "load_dataset_meta",
+    "is_v2_version",
+    "load_v3_meta",
     "next_episode_starts",
+    "read_info",
     "to_timestamp_convention",
 ]
 
@@ -683,52 +685,11 @@ def is_v2_version(version: object) -> bool:
     return isinstance(version, str) and bool(_V2_VERSION.match(version))
 
 
-def load_dataset_meta(
-    reader: RangeReader,
-    *,
-    root: str | None = None,
-    revision: str | None = None,
-    load_stats: bool = True,
-) -> DatasetMeta:
-    """Read and validate the metadata of the LeRobot dataset behind ``reader`` (see
-    :func:`_read_dataset_meta`), all of it within the reader's ``timeouts.open_seconds``
-    (every read, retry and wait together, on every thread: ``storage.reads_within``).
+def read_info(reader: RangeReader) -> tuple[bytes, dict[str, Any]]:
+    """``meta/info.json``'s bytes and its JSON object, whatever the version.
 
     Raises:
-        DatasetFormatError: missing or invalid content, naming the file and field.
-        StorageError: the store itself failed; :class:`~episodestream.StorageTimeout` when
-            reading took longer than ``open_seconds``.
-    """
-    shown = redact_url(root if root is not None else reader.root)
-    with reads_within(reader, what=f"reading the metadata of {shown}") as deadline:
-        try:
-            return _read_dataset_meta(reader, root=root, revision=revision, load_stats=load_stats)
-        except TimeoutError as error:
-            if isinstance(error, EpisodeStreamError):
-                raise
-            # a wait on the metadata threads ran out (their reads end by the deadline)
-            raise deadline.error() from error
-
-
-def _read_dataset_meta(
-    reader: RangeReader,
-    *,
-    root: str | None = None,
-    revision: str | None = None,
-    load_stats: bool = True,
-) -> DatasetMeta:
-    """Read and validate the metadata of the LeRobot dataset behind ``reader``: v3.x, or
-    v2.1 / v2.0 presented v3-shaped (``episodestream.lerobot._v2``).
-
-    Args:
-        reader: reads the dataset's files (paths relative to the dataset root).
-        root: how the dataset was addressed (URL, path); defaults to the reader's ``root``
-            attribute when it has one. Recorded for cache keys, never re-resolved.
-        revision: the store's revision when known (keys caches, checked against sidecars).
-        load_stats: read ``meta/stats.json`` (absent is fine: ``stats`` is then None).
-
-    Raises:
-        DatasetFormatError: missing or invalid content, naming the file and field.
+        DatasetFormatError: missing, too large, not JSON or not an object.
         StorageError: the store itself failed.
     """
     raw_info = read_whole(reader, INFO_PATH, max_bytes=MAX_INFO_BYTES)
@@ -736,19 +697,26 @@ def _read_dataset_meta(
     info = _parse_json(raw_info, INFO_PATH)
     if not isinstance(info, dict):
         raise DatasetFormatError(f"{INFO_PATH}: must hold a JSON object")
-    version = info.get("codebase_version")
-    if is_v2_version(version):
-        # one Parquet and one MP4 per episode, JSON Lines tables: read as published
-        from episodestream.lerobot._v2 import load_v2_meta  # builds on this module
+    return raw_info, info
 
-        return load_v2_meta(
-            reader,
-            raw_info=raw_info,
-            info=info,
-            root=root,
-            revision=revision,
-            load_stats=load_stats,
-        )
+
+def load_v3_meta(
+    reader: RangeReader,
+    *,
+    raw_info: bytes,
+    info: dict[str, Any],
+    root: str | None = None,
+    revision: str | None = None,
+    load_stats: bool = True,
+) -> DatasetMeta:
+    """The metadata of a LeRobot v3.x dataset whose ``info.json`` (``raw_info``, parsed as
+    ``info``) was read already (see ``load_dataset_meta``).
+
+    Raises:
+        DatasetFormatError: missing or invalid content, naming the file and field.
+        StorageError: the store itself failed.
+    """
+    version = info.get("codebase_version")
     if not isinstance(version, str) or not _VERSION.match(version):
         raise DatasetFormatError(
             f"{INFO_PATH}: field 'codebase_version' is {shown_value(version)}; LeRobot v3.x, "

@@ -7,7 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from episodestream.lerobot._meta import DatasetMeta, load_dataset_meta
+from episodestream.lerobot._load import load_dataset_meta
+from episodestream.lerobot._meta import DatasetMeta
 from episodestream.storage import Location, RangeReader, ReaderOptions, open_reader
 
 __all__ = ["open_dataset_files", "open_metadata_reader"]

@@ -52,13 +52,11 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from episodestream.errors import ManifestError
 from episodestream.lerobot import DatasetMeta, parse_json
-from episodestream.manifest._manifest import DatasetIdentity, EpisodeManifest
 from episodestream.manifest._tables import (
     assemble_tracks,
     check_file_table,
@@ -77,7 +75,6 @@ __all__ = [
     "IndexedFile",
     "file_entry_bytes",
     "load_file_entry",
-    "reassemble_manifest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -380,41 +377,3 @@ class FileEntryStore:
         finally:
             if lock is not None:
                 lock.release()
-
-
-def reassemble_manifest(folder: str, state: dict[str, Any]) -> EpisodeManifest:
-    """Unpickling a manifest whose file tables came from the per-file index ``folder``:
-    read the same entries again, each checked against what the manifest recorded.
-
-    Raises:
-        ManifestError: an entry is missing, refused, or now describes another version of
-            its file (the dataset must be opened again).
-    """
-    identity: DatasetIdentity = state["identity"]
-    key = EntryKey(identity.root, identity.revision, identity.info_sha256)
-    store = FileEntryStore(Path(folder), key, lock_timeout_s=0.0)
-    recorded = state["files"]
-    counts = np.diff(np.asarray(recorded["sample_bounds"]))
-    indexed: list[tuple[FileInfo, TrackIndex]] = []
-    for i, path in enumerate(recorded["path"]):
-        info = FileInfo(int(recorded["size"][i]), recorded["etag"][i], recorded["last_modified"][i])
-        entry = store.load(path)
-        if entry is None or entry.info != info or entry.track.num_samples != counts[i]:
-            raise ManifestError(
-                f"{store.entry_path(path)} ({path}): the per-file index changed since the "
-                "dataset was opened; open it again"
-            )
-        indexed.append((entry.info, entry.track))
-    files, samples = assemble_tracks(list(recorded["path"]), list(recorded["camera"]), indexed)
-    manifest = EpisodeManifest(
-        identity=identity,
-        cameras=state["cameras"],
-        episode_index=state["episode_index"],
-        spans=state["spans"],
-        files=files,
-        samples=samples,
-        origin=state["origin"],
-        span_end_s=state.get("span_end_s"),
-    )
-    manifest.entries_folder = Path(folder)
-    return manifest

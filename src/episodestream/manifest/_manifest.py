@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,9 @@ from episodestream.errors import (
     name_episodes,
 )
 from episodestream.lerobot import DatasetMeta, EpisodeRowLookup
+from episodestream.manifest._entries import EntryKey, FileEntryStore
+from episodestream.manifest._refusal import refuse_manifest
+from episodestream.manifest._tables import TRACK_FIELD_KINDS, assemble_tracks
 from episodestream.mp4 import SpanPlan, TrackIndex
 from episodestream.storage import FileInfo
 
@@ -411,37 +414,6 @@ class SpanArrays:
         return self.byte_end - self.byte_start
 
 
-# scalar TrackIndex annotations the sidecar can hold (one value per file), as Arrow types
-_SCALAR_TYPES = {
-    "int": "int64",
-    "float": "float64",
-    "bool": "bool",
-    "str": "string",
-    "bytes": "large_binary",
-}
-
-
-def _track_field_kinds() -> dict[str, str]:
-    """TrackIndex field -> 'array', or the Arrow type name of a per-file scalar.
-
-    Derived from the dataclass annotations so the sidecar follows the MP4 layer's record;
-    ``X | None`` is a nullable ``X``. A field of any other type maps to 'unsupported' and
-    makes building or loading a sidecar fail with a clear error (never the import).
-    """
-    kinds: dict[str, str] = {}
-    for field in dataclasses.fields(TrackIndex):
-        annotation = str(field.type).replace(" ", "")
-        base = annotation.removesuffix("|None").removeprefix("None|")
-        if "ndarray" in annotation:
-            kinds[field.name] = "array"
-        else:
-            kinds[field.name] = _SCALAR_TYPES.get(base, "unsupported")
-    return kinds
-
-
-TRACK_FIELD_KINDS = _track_field_kinds()
-
-
 class EpisodeManifest:
     """(episode, camera) → file, samples, bytes and times; per-file sample tables.
 
@@ -494,8 +466,11 @@ class EpisodeManifest:
         self.origin = origin
         self.sidecar_path = sidecar_path
         # the per-file index folder its file tables came from, all of them saved there: it
-        # pickles by reference to those entries (see _entries.reassemble_manifest)
+        # pickles by reference to those entries (see reassemble_manifest)
         self.entries_folder: Path | None = None
+        # how another process maps the same sidecar again: set by the sidecar loader (which
+        # lies above this module), a module-level function pickled by name
+        self.reduce_by_reference: Callable[[EpisodeManifest], tuple[Any, ...]] | None = None
         self.build_stats: BuildStats | None = None
         self.span_end_s: np.ndarray | None = None
         # what the sidecar file was when mapped (device, inode, size, mtime), so a refusal
@@ -557,24 +532,14 @@ class EpisodeManifest:
         one, copied there, is also remembered as refused so it is not fetched again); the
         per-file index entry of ``file`` is removed; an explicit sidecar is the caller's
         and is left as it is. Logged once per manifest; never raises."""
-        from episodestream.manifest._open import refuse_manifest
-
         refuse_manifest(self, reason, file=file)
 
     # --- pickling: map the same sidecar again instead of copying arrays -----------------
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self.sidecar_path is not None:
-            from episodestream.manifest._sidecar import _reopen_sidecar
-
-            checked = (self.sidecar_stat, self.span_end_s)
-            return (
-                _reopen_sidecar,
-                (str(self.sidecar_path), self.identity, self.origin, checked),
-            )
+        if self.sidecar_path is not None and self.reduce_by_reference is not None:
+            return self.reduce_by_reference(self)
         if self.entries_folder is not None:
-            from episodestream.manifest._entries import reassemble_manifest
-
             state = self._state()
             state["files"] = {name: self._files[name] for name in _RECORDED_FILE_FIELDS}
             del state["samples"]
@@ -733,3 +698,41 @@ _RECORDED_FILE_FIELDS = ("path", "camera", "size", "etag", "last_modified", "sam
 
 def _rebuild_manifest(state: dict[str, Any]) -> EpisodeManifest:
     return EpisodeManifest(**state)
+
+
+def reassemble_manifest(folder: str, state: dict[str, Any]) -> EpisodeManifest:
+    """Unpickling a manifest whose file tables came from the per-file index ``folder``:
+    read the same entries again, each checked against what the manifest recorded.
+
+    Raises:
+        ManifestError: an entry is missing, refused, or now describes another version of
+            its file (the dataset must be opened again).
+    """
+    identity: DatasetIdentity = state["identity"]
+    key = EntryKey(identity.root, identity.revision, identity.info_sha256)
+    store = FileEntryStore(Path(folder), key, lock_timeout_s=0.0)
+    recorded = state["files"]
+    counts = np.diff(np.asarray(recorded["sample_bounds"]))
+    indexed: list[tuple[FileInfo, TrackIndex]] = []
+    for i, path in enumerate(recorded["path"]):
+        info = FileInfo(int(recorded["size"][i]), recorded["etag"][i], recorded["last_modified"][i])
+        entry = store.load(path)
+        if entry is None or entry.info != info or entry.track.num_samples != counts[i]:
+            raise ManifestError(
+                f"{store.entry_path(path)} ({path}): the per-file index changed since the "
+                "dataset was opened; open it again"
+            )
+        indexed.append((entry.info, entry.track))
+    files, samples = assemble_tracks(list(recorded["path"]), list(recorded["camera"]), indexed)
+    manifest = EpisodeManifest(
+        identity=identity,
+        cameras=state["cameras"],
+        episode_index=state["episode_index"],
+        spans=state["spans"],
+        files=files,
+        samples=samples,
+        origin=state["origin"],
+        span_end_s=state.get("span_end_s"),
+    )
+    manifest.entries_folder = Path(folder)
+    return manifest

@@ -262,6 +262,8 @@ def load_sidecar(
         sidecar_path=sidecar_path,
     )
     manifest.sidecar_stat = file_stat
+    if sidecar_path is not None:
+        manifest.reduce_by_reference = _sidecar_reference
     return manifest
 
 
@@ -273,6 +275,16 @@ def _stat_of(source: pa.NativeFile) -> tuple[int, int, int, int] | None:
     except (OSError, pa.ArrowException):
         return None
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _sidecar_reference(manifest: EpisodeManifest) -> tuple[Any, ...]:
+    """``EpisodeManifest.__reduce__`` of a manifest mapped from a sidecar file: the worker maps
+    the same file again (see :func:`_reopen_sidecar`)."""
+    checked = (manifest.sidecar_stat, manifest.span_end_s)
+    return (
+        _reopen_sidecar,
+        (str(manifest.sidecar_path), manifest.identity, manifest.origin, checked),
+    )
 
 
 def _reopen_sidecar(

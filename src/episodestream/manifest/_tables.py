@@ -14,6 +14,7 @@ check is vectorised over files or samples.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from episodestream.errors import ManifestError
-from episodestream.manifest._manifest import TRACK_FIELD_KINDS
 from episodestream.mp4 import MAX_DURATION, MAX_TIMESCALE, MAX_UNTABLED_SAMPLES, TrackIndex
 from episodestream.storage import FileInfo
 
@@ -52,6 +52,37 @@ _U16_MAX = (1 << 16) - 1
 _U32_MAX = (1 << 32) - 1
 _S32_MIN, _S32_MAX = -(1 << 31), (1 << 31) - 1
 _MAX_EDIT_TICKS = 1 << 62
+
+
+# scalar TrackIndex annotations the sidecar can hold (one value per file), as Arrow types
+_SCALAR_TYPES = {
+    "int": "int64",
+    "float": "float64",
+    "bool": "bool",
+    "str": "string",
+    "bytes": "large_binary",
+}
+
+
+def _track_field_kinds() -> dict[str, str]:
+    """TrackIndex field -> 'array', or the Arrow type name of a per-file scalar.
+
+    Derived from the dataclass annotations so the sidecar follows the MP4 layer's record;
+    ``X | None`` is a nullable ``X``. A field of any other type maps to 'unsupported' and
+    makes building or loading a sidecar fail with a clear error (never the import).
+    """
+    kinds: dict[str, str] = {}
+    for field in dataclasses.fields(TrackIndex):
+        annotation = str(field.type).replace(" ", "")
+        base = annotation.removesuffix("|None").removeprefix("None|")
+        if "ndarray" in annotation:
+            kinds[field.name] = "array"
+        else:
+            kinds[field.name] = _SCALAR_TYPES.get(base, "unsupported")
+    return kinds
+
+
+TRACK_FIELD_KINDS = _track_field_kinds()
 
 
 def one_row(values: pa.Array) -> pa.Array:

@@ -18,15 +18,8 @@ from episodestream.storage._config import (
     RetryPolicy,
     Timeouts,
 )
-from episodestream.storage._deadline import Deadline, reads_within
+from episodestream.storage._deadline import Deadline
 from episodestream.storage._fsspec import FsspecRangeReader
-from episodestream.storage._hostgate import (
-    RATE_LIMIT_DIR_ENV,
-    reset_rate_limits,
-    share_rate_limits,
-)
-from episodestream.storage._http import HttpRangeReader
-from episodestream.storage._hub import HubRangeReader, hub_token
 from episodestream.storage._local import LocalRangeReader
 from episodestream.storage._location import Location, LocationKind
 from episodestream.storage._open import open_reader
@@ -37,6 +30,14 @@ from episodestream.storage._publish import (
     publish_file,
 )
 from episodestream.storage._urls import redact_url
+from episodestream.storage._within import reads_within
+from episodestream.storage.http._hostgate import (
+    RATE_LIMIT_DIR_ENV,
+    reset_rate_limits,
+    share_rate_limits,
+)
+from episodestream.storage.http._reader import HttpRangeReader
+from episodestream.storage.hub._reader import HubRangeReader, hub_token
 
 __all__ = [
     "DEFAULT_LIMITS",

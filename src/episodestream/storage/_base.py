@@ -10,14 +10,13 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from episodestream._closing import Closing
 from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigError, ConfigTypeError, InvalidResponse, LocationError
-
-if TYPE_CHECKING:
-    from episodestream.storage._deadline import Deadline
+from episodestream.storage._deadline import Deadline
+from episodestream.storage._urls import shorten
 
 __all__ = [
     "DEFAULT_READ_FILE_MAX_BYTES",
@@ -97,14 +96,14 @@ def normalize_relative_path(path: str) -> str:
     if not isinstance(path, str):
         raise LocationError(f"relative path must be a str, got {type(path).__name__}")
     if "\x00" in path or "\\" in path:
-        raise LocationError(f"relative path {path!r} contains a NUL byte or a backslash")
+        raise LocationError(f"relative path {shorten(path)!r} contains a NUL byte or a backslash")
     if path.startswith("/") or "://" in path:
-        raise LocationError(f"path {path!r} is not relative to the dataset root")
+        raise LocationError(f"path {shorten(path)!r} is not relative to the dataset root")
     normalized = posixpath.normpath(path) if path else "."
     if normalized == ".":
         return ""
     if normalized == ".." or normalized.startswith("../"):
-        raise LocationError(f"path {path!r} escapes the dataset root")
+        raise LocationError(f"path {shorten(path)!r} escapes the dataset root")
     return normalized
 
 
@@ -240,7 +239,7 @@ class BaseRangeReader(Closing, abc.ABC):
     (``reader=``); layers above storage type against :class:`RangeReader`.
 
     ``_deadline``: the deadline of an operation in progress through this reader (opening a
-    dataset: ``_deadline.reads_within``), checked by the backends' reads; never pickled.
+    dataset: ``_within.reads_within``), checked by the backends' reads; never pickled.
     """
 
     _deadline: Deadline | None = None

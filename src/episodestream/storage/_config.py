@@ -10,7 +10,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from episodestream._checks import check_int, check_number
+from episodestream._checks import (
+    MAX_BYTES,
+    MAX_CONNECTIONS,
+    MAX_WAIT_SECONDS,
+    Bound,
+    check_int,
+    check_number,
+)
 from episodestream._frozen import FrozenDict
 from episodestream.errors import ConfigTypeError
 
@@ -18,6 +25,11 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUTS",
+    "MAX_BACKOFF_MULTIPLIER",
+    "MAX_HTTP_STATUS",
+    "MAX_RETRY_ATTEMPTS",
+    "MAX_SEED",
+    "MAX_TIMEOUT_SECONDS",
     "RETRYABLE_STATUSES",
     "Limits",
     "ReaderOptions",
@@ -26,9 +38,17 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
-# no timeout beyond this (eleven days): sockets refuse a timeout past 2**31 s or so, and a
-# longer one is a typo, not a wish
-MAX_TIMEOUT_SECONDS = 1e6
+# Upper bounds of the option records' numbers, named in the error that refuses a value above
+# one (byte sizes: MAX_BYTES; connections and threads: MAX_CONNECTIONS; retry waits:
+# MAX_WAIT_SECONDS, all in episodestream._checks). Each is far above any useful value.
+# No timeout beyond this (eleven days): sockets refuse a timeout past 2**31 s or so, and a
+# longer one is a typo, not a wish.
+MAX_TIMEOUT_SECONDS = Bound("MAX_TIMEOUT_SECONDS", 1e6, "about 11 days; a socket wait must end")
+MAX_RETRY_ATTEMPTS = Bound("MAX_RETRY_ATTEMPTS", 10_000, "attempts of one request")
+# the delay grows by at most this factor per failure (its power stays a finite float)
+MAX_BACKOFF_MULTIPLIER = Bound("MAX_BACKOFF_MULTIPLIER", 100.0, "growth of a retry's delay")
+MAX_HTTP_STATUS = Bound("MAX_HTTP_STATUS", 599, "HTTP statuses are three digits, 1xx to 5xx")
+MAX_SEED = Bound("MAX_SEED", 2**64 - 1, "a seed is a 64-bit unsigned int")
 
 # Statuses that say "try again" rather than "you asked for the wrong thing" (RFC 9110, 6585, 8470).
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -94,7 +114,8 @@ class Limits:
             ("coalesce_gap_bytes", -1),
             ("coalesce_max_bytes", 0),
         ):
-            check_int(f"Limits.{name}", getattr(self, name), minimum=minimum)
+            maximum = MAX_CONNECTIONS if name.startswith("max_") else MAX_BYTES
+            check_int(f"Limits.{name}", getattr(self, name), minimum=minimum, maximum=maximum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +154,9 @@ class RetryPolicy:
     rate_limit_max_seconds: float = 900.0
 
     def __post_init__(self) -> None:
-        check_int("RetryPolicy.max_attempts", self.max_attempts, minimum=1)
+        check_int(
+            "RetryPolicy.max_attempts", self.max_attempts, minimum=1, maximum=MAX_RETRY_ATTEMPTS
+        )
         check_number("RetryPolicy.jitter", self.jitter, minimum=0.0, maximum=1.0)
         for name in (
             "max_elapsed_seconds",
@@ -142,15 +165,22 @@ class RetryPolicy:
             "retry_after_max_seconds",
             "rate_limit_max_seconds",
         ):
-            check_number(f"RetryPolicy.{name}", getattr(self, name), minimum=0.0)
-        check_number("RetryPolicy.backoff_multiplier", self.backoff_multiplier, minimum=1.0)
+            check_number(
+                f"RetryPolicy.{name}", getattr(self, name), minimum=0.0, maximum=MAX_WAIT_SECONDS
+            )
+        check_number(
+            "RetryPolicy.backoff_multiplier",
+            self.backoff_multiplier,
+            minimum=1.0,
+            maximum=MAX_BACKOFF_MULTIPLIER,
+        )
         statuses = self.retry_statuses
         if isinstance(statuses, str | bytes) or not isinstance(statuses, Collection):
             raise ConfigTypeError(
                 f"RetryPolicy.retry_statuses must be a set of HTTP statuses, got {statuses!r}"
             )
         for status in statuses:
-            check_int("RetryPolicy.retry_statuses", status, minimum=100)
+            check_int("RetryPolicy.retry_statuses", status, minimum=100, maximum=MAX_HTTP_STATUS)
         object.__setattr__(self, "retry_statuses", frozenset(statuses))
 
     def is_retryable_status(self, status: int) -> bool:
@@ -225,7 +255,7 @@ class ReaderOptions:
         storage_options: fsspec's filesystem options (``{"anon": True}`` for public S3).
         max_concurrency: ranges in flight at once in ``read_many`` (fsspec).
         seed: seeds the backoff jitter (tests).
-        transport: makes the HTTP client (see ``storage/_transport.py``; default our wire).
+        transport: makes the HTTP client (see ``storage/http/_transport.py``; default our wire).
 
     A value: ``headers`` and ``storage_options`` are kept as read-only copies
     (``FrozenDict``; the caller's later changes do not leak in), equal options compare and hash
@@ -279,14 +309,12 @@ class ReaderOptions:
             raise ConfigTypeError(
                 f"failure_log must be a file path, got {type(self.failure_log).__name__}"
             )
-        if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
-        ):
-            raise ConfigTypeError(f"seed must be an int, got {type(self.seed).__name__}")
+        if self.seed is not None:
+            check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         if self.max_skip_bytes is not None:
-            check_int("max_skip_bytes", self.max_skip_bytes, minimum=0)
+            check_int("max_skip_bytes", self.max_skip_bytes, minimum=0, maximum=MAX_BYTES)
         if self.max_concurrency is not None:
-            check_int("max_concurrency", self.max_concurrency, minimum=1)
+            check_int("max_concurrency", self.max_concurrency, minimum=1, maximum=MAX_CONNECTIONS)
         if self.transport is not None and not callable(self.transport):
             raise ConfigTypeError(
                 f"transport must make a transport (a callable), got {type(self.transport).__name__}"

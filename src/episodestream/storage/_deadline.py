@@ -2,10 +2,11 @@
 
 Timeouts bound each wait and the retry policy each read; an operation made of many reads —
 opening a dataset reads ``meta/info.json``, then its episodes, tasks and stats files on
-three threads, pyarrow's own among them — needs a bound of its own. :func:`reads_within`
-gives a reader a :class:`Deadline` for the length of a block: every read of that reader, on
-any thread, checks it before each attempt, never sleeps past it (backoff, a rate-limit
-window) and bounds each exchange by it (``_transport.exchange_deadline``); past it, a
+three threads, pyarrow's own among them — needs a bound of its own.
+:func:`reads_within` (``_within.py``) gives a reader a :class:`Deadline` for the length of a
+block: every read of that reader, on any thread, checks it before each attempt, never
+sleeps past it (backoff, a rate-limit window) and bounds each exchange by it
+(``http/_transport.exchange_deadline``); past it, a
 :class:`~episodestream.StorageTimeout` naming the operation and the setting that bounds it.
 
 The deadline belongs to the reader, not to a thread: that is what lets the metadata pool's
@@ -15,16 +16,16 @@ bounded by it too (they would be by their own timeouts anyway).
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from episodestream.errors import StorageTimeout
-from episodestream.storage._base import BaseRangeReader, RangeReader
-from episodestream.storage._config import DEFAULT_TIMEOUTS, Timeouts
 
-__all__ = ["Deadline", "open_seconds_of", "reads_within"]
+__all__ = ["MIN_BYTES_PER_SECOND", "Deadline", "body_deadline_seconds"]
+
+# An exchange or body (HTTP, fsspec) slower than this on average, after a read timeout's worth
+# of grace, has failed: a trickling server cannot hold a read for ever.
+MIN_BYTES_PER_SECOND = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,33 +75,7 @@ class Deadline:
         return seconds < self.remaining()
 
 
-def open_seconds_of(reader: RangeReader) -> float:
-    """How long opening a dataset through ``reader`` may take: its ``timeouts.open_seconds``
-    where it has timeouts (the HTTP readers), else the default."""
-    timeouts = getattr(reader, "timeouts", None)
-    if isinstance(timeouts, Timeouts):
-        return timeouts.open_seconds
-    return DEFAULT_TIMEOUTS.open_seconds
-
-
-@contextlib.contextmanager
-def reads_within(
-    reader: RangeReader, seconds: float | None = None, *, what: str
-) -> Iterator[Deadline]:
-    """Within the block, ``reader``'s reads end by a deadline ``seconds`` from now (default:
-    :func:`open_seconds_of` the reader); yields the deadline in force (an enclosing one, if
-    sooner). A reader that is not a :class:`BaseRangeReader` is not bounded by it: callers
-    still get the deadline to bound their own waits."""
-    deadline = Deadline.after(open_seconds_of(reader) if seconds is None else seconds, what)
-    if not isinstance(reader, BaseRangeReader):
-        yield deadline
-        return
-    previous = reader._deadline
-    if previous is not None and previous.expires <= deadline.expires:
-        yield previous
-        return
-    reader._deadline = deadline
-    try:
-        yield deadline
-    finally:
-        reader._deadline = previous
+def body_deadline_seconds(read_seconds: float, wanted: int) -> float:
+    """How long reading (or skipping) ``wanted`` body bytes may take in all: the read timeout,
+    or longer for a body that needs it at the minimum rate (:data:`MIN_BYTES_PER_SECOND`)."""
+    return max(read_seconds, wanted / MIN_BYTES_PER_SECOND)

@@ -23,12 +23,12 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from episodestream._checks import check_int
+from episodestream._checks import MAX_CONNECTIONS, check_int
 from episodestream.errors import (
     ConfigTypeError,
     InvalidResponse,
@@ -47,10 +47,10 @@ from episodestream.storage._base import (
     normalize_relative_path,
 )
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Limits, Timeouts
-from episodestream.storage._httpbody import body_deadline_seconds
+from episodestream.storage._deadline import body_deadline_seconds
 from episodestream.storage._location import Location
 from episodestream.storage._runner import TrackedPool, shut_down
-from episodestream.storage._urls import redact_url
+from episodestream.storage._urls import redact_url, shorten, shown_url
 
 __all__ = ["FsspecRangeReader"]
 
@@ -100,15 +100,21 @@ class FsspecRangeReader(BaseRangeReader):
         # http(s) is allowed too: fsspec's HTTP filesystem is the escape hatch for what the
         # native reader does not do.
         if parsed.kind not in ("fsspec", "http"):
-            raise LocationError(f"not an fsspec or http(s) location: {parsed.url!r}")
+            raise LocationError(f"not an fsspec or http(s) location: {shown_url(parsed.url)!r}")
         if limits is not None and not isinstance(limits, Limits):
             raise ConfigTypeError(f"limits must be a Limits, got {type(limits).__name__}")
         if not isinstance(timeouts, Timeouts):
             raise ConfigTypeError(f"timeouts must be a Timeouts, got {type(timeouts).__name__}")
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ConfigTypeError(
+                f"storage_options must be a dict, got {type(storage_options).__name__}"
+            )
         self._timeouts = timeouts
         if max_concurrency is None:
             max_concurrency = limits.max_concurrency if limits is not None else 16
-        max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
+        max_concurrency = check_int(
+            "max_concurrency", max_concurrency, minimum=1, maximum=MAX_CONNECTIONS
+        )
         self._location = parsed
         self._storage_options = dict(storage_options or {})
         self._max_concurrency = max_concurrency
@@ -184,24 +190,48 @@ class FsspecRangeReader(BaseRangeReader):
                 import fsspec
 
                 protocol = self._location.protocol
-                options = dict(self._storage_options)
-                if protocol in _S3_PROTOCOLS:
-                    config = dict(options.get("config_kwargs") or {})
-                    config.setdefault("max_pool_connections", self._connections)
-                    options["config_kwargs"] = config
                 try:
-                    # A private instance: closing this reader must not touch anyone else's.
-                    self._fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+                    self._fs = self._make_filesystem(fsspec, protocol)
                 except ImportError as error:
                     extra = _EXTRA_FOR.get(protocol)
                     hint = f" (pip install 'episodestream[{extra}]')" if extra else ""
                     raise StorageError(
-                        f"no fsspec filesystem for {protocol}://{hint}: {error}"
+                        f"no fsspec filesystem for {shorten(protocol)}://{hint}: "
+                        f"{shorten(str(error))}"
                     ) from error
                 except ValueError as error:
-                    raise LocationError(f"unknown fsspec protocol {protocol!r}") from error
+                    if "protocol" not in str(error).lower():
+                        raise self._unmade(protocol, error) from error
+                    raise LocationError(f"unknown fsspec protocol {shorten(protocol)!r}") from error
+                except Exception as error:  # fsspec's or the backend's own: one typed error
+                    raise self._unmade(protocol, error) from error
                 self._root = self._fs._strip_protocol(self._location.url).rstrip("/")
             return self._fs, self._root
+
+    def _make_filesystem(self, fsspec: Any, protocol: str) -> Any:
+        """A private filesystem for the location (closing this reader touches no one else's):
+        what the URL says (a host and port for ``ftp://``) under the caller's options."""
+        cls = fsspec.get_filesystem_class(protocol)
+        options = {**cls._get_kwargs_from_urls(self._location.url), **self._storage_options}
+        if protocol in _S3_PROTOCOLS:
+            config = options.get("config_kwargs")
+            if config is not None and not isinstance(config, Mapping):
+                raise ConfigTypeError(
+                    f"storage_options['config_kwargs'] must be a dict, got {type(config).__name__}"
+                )
+            config = dict(config or {})
+            config.setdefault("max_pool_connections", self._connections)
+            options["config_kwargs"] = config
+        return fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+
+    def _unmade(self, protocol: str, error: BaseException) -> LocationError:
+        """The error for a filesystem fsspec could not make (a bad option, a host that does not
+        answer): the location and what fsspec said, shortened."""
+        said = shorten(f"{type(error).__name__}: {error}")
+        return LocationError(
+            f"cannot open {shown_url(self._location.url)!r} with fsspec's {shorten(protocol)!r} "
+            f"filesystem (check the URL and storage_options): {said}"
+        )
 
     def _full(self, path: str) -> tuple[Any, str, str]:
         self._check_deadline()  # an operation's deadline (opening a dataset), if any
@@ -214,7 +244,7 @@ class FsspecRangeReader(BaseRangeReader):
             self._counters[name] = self._counters.get(name, 0) + amount
 
     def _where(self, clean: str, offset: int | None = None, length: int | None = None) -> str:
-        where = f"{redact_url(self._location.url)}/{clean}"
+        where = shorten(f"{redact_url(self._location.url)}/{clean}")
         if offset is not None and length is not None:
             where += f" bytes {offset}-{offset + length - 1}"
         return where

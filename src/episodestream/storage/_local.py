@@ -21,6 +21,7 @@ from episodestream.storage._base import (
     ReadRequest,
     normalize_relative_path,
 )
+from episodestream.storage._urls import shorten
 
 __all__ = ["LocalRangeReader"]
 
@@ -96,7 +97,9 @@ class LocalRangeReader(BaseRangeReader):
                 for name, old, new in zip(("inode", "size", "mtime_ns"), pinned, seen, strict=True)
                 if old != new
             ]
-            raise StaleSourceError(f"{full} changed while being read: " + ", ".join(changes))
+            raise StaleSourceError(
+                f"{shorten(full)} changed while being read: " + ", ".join(changes)
+            )
 
     def file_info(self, path: str) -> FileInfo:
         """Size, and the mtime as an HTTP-date (as nginx would send it as Last-Modified).
@@ -107,11 +110,11 @@ class LocalRangeReader(BaseRangeReader):
         try:
             stat = full.stat()
         except FileNotFoundError as error:
-            raise NotFound(f"{full}: no such file") from error
+            raise NotFound(f"{shorten(full)}: no such file") from error
         except OSError as error:
-            raise StorageError(f"{full}: {error}") from error
+            raise StorageError(f"{shorten(full)}: {_reason(error)}") from error
         if not stat_module.S_ISREG(stat.st_mode):
-            raise NotFound(f"{full}: not a regular file")
+            raise NotFound(f"{shorten(full)}: not a regular file")
         self._check_identity(path, full, stat, repin=True)
         modified = email.utils.formatdate(int(stat.st_mtime), usegmt=True)
         return FileInfo(stat.st_size, None, modified)
@@ -125,9 +128,9 @@ class LocalRangeReader(BaseRangeReader):
         try:
             fd = os.open(full, os.O_RDONLY)
         except FileNotFoundError as error:
-            raise NotFound(f"{full}: no such file") from error
+            raise NotFound(f"{shorten(full)}: no such file") from error
         except OSError as error:
-            raise StorageError(f"{full}: {error}") from error
+            raise StorageError(f"{shorten(full)}: {_reason(error)}") from error
         try:
             self._check_identity(path, full, os.fstat(fd))
             parts: list[bytes] = []
@@ -136,15 +139,15 @@ class LocalRangeReader(BaseRangeReader):
                 chunk = os.pread(fd, remaining, position)
                 if not chunk:
                     raise InvalidResponse(
-                        f"{full}: bytes {request.offset}-{request.end - 1} requested but the "
-                        f"file ends at {position}"
+                        f"{shorten(full)}: bytes {request.offset}-{request.end - 1} requested "
+                        f"but the file ends at {position}"
                     )
                 parts.append(chunk)
                 position += len(chunk)
                 remaining -= len(chunk)
         except OSError as error:
             raise StorageError(
-                f"{full}: bytes {request.offset}-{request.end - 1}: {error}"
+                f"{shorten(full)}: bytes {request.offset}-{request.end - 1}: {_reason(error)}"
             ) from error
         finally:
             os.close(fd)
@@ -173,3 +176,8 @@ class LocalRangeReader(BaseRangeReader):
                 bytes_returned=self._bytes_read,
                 reads=self._requests,
             )
+
+
+def _reason(error: OSError) -> str:
+    """What went wrong, without the file name the OS error repeats (the message has it)."""
+    return error.strerror or type(error).__name__

@@ -9,10 +9,11 @@ import urllib.parse
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from episodestream._checks import shown
 from episodestream.errors import LocationError
 from episodestream.storage._base import normalize_relative_path
-from episodestream.storage._urls import redact_url as _redact
-from episodestream.storage._urls import split_userinfo
+from episodestream.storage._urls import shorten, split_userinfo
+from episodestream.storage._urls import shown_url as _redact
 
 __all__ = ["Location", "LocationKind"]
 
@@ -20,7 +21,11 @@ LocationKind = Literal["local", "http", "hub", "fsspec"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _HUB_TYPES = ("datasets", "buckets")
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+# A Hub namespace or repo name as the Hub accepts one: ASCII letters, digits, '.', '_' and '-',
+# starting with a letter or digit and ending with a letter, digit or '_', at most
+# MAX_HUB_NAME_CHARS long, with no '--' or '..', the name not ending in '.git'
+MAX_HUB_NAME_CHARS = 96
+_HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._\-]*[A-Za-z0-9_])?$")
 # Revisions that contain slashes and are written as they are after '@' (huggingface_hub's
 # hf:// grammar): pull-request refs and conversion refs. Any other revision with a slash is
 # written percent-encoded (``feature%2Fx``). The ref must end at a '/' or at the end.
@@ -65,7 +70,9 @@ class Location:
         if isinstance(root, os.PathLike):
             root = os.fspath(root)
         if not isinstance(root, str) or not root:
-            raise LocationError(f"a dataset root must be a non-empty str or path, got {root!r}")
+            raise LocationError(
+                f"a dataset root must be a non-empty str or path, got {shown(root)}"
+            )
         if "\x00" in root:
             raise LocationError("a dataset root must not contain NUL bytes")
         if "::" in root:
@@ -86,7 +93,9 @@ class Location:
             return cls._parse_hub(root, rest)
         rest = rest.rstrip("/")
         if not rest:
-            raise LocationError(f"{root!r} names no bucket or path after {protocol}://")
+            raise LocationError(
+                f"{shorten(root)!r} names no bucket or path after {shorten(protocol)}://"
+            )
         if _has_password(root):
             # fsspec would keep it in the URL we show and key caches by: refuse it here
             raise LocationError(
@@ -99,9 +108,9 @@ class Location:
     def _parse_file(cls, root: str, rest: str) -> Location:
         host, slash, path = rest.partition("/")
         if host not in ("", "localhost"):
-            raise LocationError(f"file URL {root!r} names a remote host {host!r}")
+            raise LocationError(f"file URL {shorten(root)!r} names a remote host {shorten(host)!r}")
         if not slash:
-            raise LocationError(f"file URL {root!r} has no path")
+            raise LocationError(f"file URL {shorten(root)!r} has no path")
         return cls("local", "file", os.path.abspath(urllib.parse.unquote("/" + path)))
 
     @classmethod
@@ -126,26 +135,33 @@ class Location:
         repo_type, _, body = rest.partition("/")
         if repo_type not in _HUB_TYPES:
             raise LocationError(
-                f"{root!r}: only hf://datasets/ORG/NAME[@REVISION]/... and "
+                f"{shorten(root)!r}: only hf://datasets/ORG/NAME[@REVISION]/... and "
                 "hf://buckets/ORG/NAME/... are supported"
             )
         org, _, body = body.partition("/")
         name, _, inner = body.partition("/")
         if not org or not name:
-            raise LocationError(f"{root!r}: expected hf://{repo_type}/ORG/NAME/...")
+            raise LocationError(f"{shorten(root)!r}: expected hf://{repo_type}/ORG/NAME/...")
         revision: str | None = None
         if "@" in name:
             if repo_type == "buckets":
-                raise LocationError(f"{root!r}: buckets have no revisions")
+                raise LocationError(f"{shorten(root)!r}: buckets have no revisions")
             name, _, after = name.partition("@")
             revision, inner = _split_revision(f"{after}/{inner}" if inner else after)
             if not revision:
-                raise LocationError(f"{root!r}: empty revision after '@'")
+                raise LocationError(f"{shorten(root)!r}: empty revision after '@'")
             if _UNSAFE_REVISION.search(revision):
-                raise LocationError(f"{root!r}: revision with control characters or whitespace")
+                raise LocationError(
+                    f"{shorten(root)!r}: revision with control characters or whitespace"
+                )
         for part in (org, name):
-            if not _HUB_NAME.match(part):
-                raise LocationError(f"{root!r}: invalid namespace or name {part!r}")
+            why = _hub_name_problem(part)
+            if why is not None:
+                raise LocationError(
+                    f"{shorten(root)!r}: invalid namespace or name {shorten(part)!r}: {why}"
+                )
+        if name.endswith(".git"):
+            raise LocationError(f"{shorten(root)!r}: a Hub repo name cannot end in '.git'")
         inner = "/".join(s for s in inner.split("/") if s)
         return cls(
             "hub",
@@ -189,6 +205,20 @@ class Location:
         if self.kind == "hub":
             return replace(self, path=posixpath.join(self.path, clean) if self.path else clean)
         return replace(self, path=f"{self.path}/{clean}")
+
+
+def _hub_name_problem(part: str) -> str | None:
+    """Why the Hub would refuse ``part`` as a namespace or repo name, or None."""
+    if len(part) > MAX_HUB_NAME_CHARS:
+        return f"{len(part)} characters, the Hub takes at most {MAX_HUB_NAME_CHARS}"
+    if not _HUB_NAME.match(part):
+        return (
+            "the Hub takes ASCII letters, digits, '.', '_' and '-', starting with a letter "
+            "or digit and ending with a letter, digit or '_'"
+        )
+    if "--" in part or ".." in part:
+        return "the Hub refuses '--' and '..' in names"
+    return None
 
 
 def _has_password(url: str) -> bool:

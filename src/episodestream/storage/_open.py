@@ -54,12 +54,12 @@ def open_reader(
 
         return LocalRangeReader(parsed.path)
     if parsed.kind == "http":
-        from episodestream.storage._http import HttpRangeReader
+        from episodestream.storage.http._reader import HttpRangeReader
 
         check_options("open_reader(http(s) URL)", given, _option_names(HttpRangeReader))
         return HttpRangeReader(parsed, **given)  # its credentials, if any, go as Basic auth
     if parsed.kind == "hub":
-        from episodestream.storage._hub import HubRangeReader
+        from episodestream.storage.hub._reader import HubRangeReader
 
         check_options("open_reader(hf:// location)", given, _option_names(HubRangeReader))
         return HubRangeReader(parsed, **given)

@@ -12,7 +12,7 @@ Each backend writes so that a reader sees the old file or the new one, never hal
 
 Refusals (the Hub's 401/403, S3's AccessDenied, a moved branch) raise :class:`PublishError`
 with the destination and the service's own message (never the token); ``huggingface_hub``
-errors go through the same translation as reads (``_hubapi.translate_hub_error``).
+errors go through the same translation as reads (``hub/_api.translate_hub_error``).
 Bucket writes need huggingface_hub's bucket API (``HfApi.batch_bucket_files``, from the 1.x
 line; the ``hub`` extra also allows 0.x, which LeRobot 0.4 pins): without it,
 :func:`check_publishable` refuses before anything is built.
@@ -32,14 +32,14 @@ from typing import Any, NoReturn
 from episodestream.errors import ConfigError, PublishError
 from episodestream.storage._base import normalize_relative_path
 from episodestream.storage._config import DEFAULT_TIMEOUTS
-from episodestream.storage._hubapi import (
+from episodestream.storage._location import Location
+from episodestream.storage.hub._api import (
     chainable,
     hub_error_status,
     hub_error_types,
     load_hf,
     translate_hub_error,
 )
-from episodestream.storage._location import Location
 
 __all__ = ["DEFAULT_PUBLISH_MESSAGE", "PublishResult", "check_publishable", "publish_file"]
 
@@ -226,7 +226,7 @@ def _publish_fsspec(
 def _hub_api(token: str | bool | None, endpoint: str | None) -> tuple[Any, str | None]:
     from huggingface_hub import HfApi
 
-    from episodestream.storage._hub import hub_endpoint, hub_token
+    from episodestream.storage.hub._reader import hub_endpoint, hub_token
 
     resolved = hub_token(token)
     return HfApi(endpoint=(endpoint or hub_endpoint()).rstrip("/"), token=resolved), resolved

@@ -6,9 +6,21 @@ from __future__ import annotations
 import base64
 import urllib.parse
 
-__all__ = ["basic_authorization", "origin_of", "redact_url", "split_userinfo"]
+__all__ = [
+    "MAX_SHOWN_CHARS",
+    "basic_authorization",
+    "origin_of",
+    "redact_url",
+    "shorten",
+    "shown_url",
+    "split_userinfo",
+]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# A path or URL longer than this is shown by its head and tail in messages: what tells one
+# file from another is usually at one end (the host and root, the file name)
+MAX_SHOWN_CHARS = 300
+_SHOWN_TAIL_CHARS = 120
 
 
 def redact_url(url: str) -> str:
@@ -20,6 +32,22 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rpartition("@")[2]
     suffix = "?…" if parts.query else ""
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")) + suffix
+
+
+def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` as a message shows it: whole up to ``limit`` characters, else its head and
+    tail around how many characters were left out."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    tail = min(_SHOWN_TAIL_CHARS, limit // 2)
+    head = limit - tail
+    return f"{text[:head]}…({len(text) - head - tail} characters)…{text[-tail:]}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a message shows it: redacted (:func:`redact_url`), then shortened."""
+    return shorten(redact_url(url))
 
 
 def origin_of(url: str) -> tuple[str, str, int]:

@@ -25,8 +25,8 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from episodestream.storage._redirects import signed_url_expiry
-from episodestream.storage._urls import redact_url
+from episodestream.storage._urls import shown_url
+from episodestream.storage.http._redirects import signed_url_expiry
 
 __all__ = [
     "EXPIRY_MARGIN_SECONDS",
@@ -253,24 +253,23 @@ def redirect_target(url: str, location: str | None) -> str:
         raise AnswerError("redirect without Location")
     if _UNSAFE_IN_URL.search(location):
         raise AnswerError(
-            "redirect Location with control characters or whitespace "
-            f"{redact_url(location)[:120]!r}"
+            f"redirect Location with control characters or whitespace {shown_url(location)!r}"
         )
     try:
         target = urllib.parse.urljoin(url, location)
         parts = urllib.parse.urlsplit(target)
     except ValueError as error:  # e.g. an invalid IPv6 literal
-        raise AnswerError(f"redirect to an invalid URL {redact_url(location)[:120]!r}") from error
+        raise AnswerError(f"redirect to an invalid URL {shown_url(location)!r}") from error
     if parts.scheme not in ("http", "https"):
-        raise AnswerError(f"redirect to a non-HTTP URL {redact_url(target)!r}")
+        raise AnswerError(f"redirect to a non-HTTP URL {shown_url(target)!r}")
     try:
         parts.port  # noqa: B018 - raises on a port out of range or not a number
     except ValueError as error:
         raise AnswerError(
-            f"redirect to a URL with an invalid port {redact_url(target)[:120]!r}"
+            f"redirect to a URL with an invalid port {shown_url(target)!r}"
         ) from error
     if not parts.hostname:
-        raise AnswerError(f"redirect to a URL without a host {redact_url(target)[:120]!r}")
+        raise AnswerError(f"redirect to a URL without a host {shown_url(target)!r}")
     return target
 
 

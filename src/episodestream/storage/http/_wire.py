@@ -34,9 +34,10 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 
-from episodestream.storage._proxy import Proxy, proxy_for
-from episodestream.storage._tls import client_context
-from episodestream.storage._transport import (
+from episodestream.storage._urls import origin_of
+from episodestream.storage.http._proxy import Proxy, proxy_for
+from episodestream.storage.http._tls import client_context
+from episodestream.storage.http._transport import (
     MIN_BYTES_PER_SECOND,
     ExchangeTooSlow,
     PoolTimeout,
@@ -46,7 +47,6 @@ from episodestream.storage._transport import (
     TransportOptions,
     current_exchange_deadline,
 )
-from episodestream.storage._urls import origin_of
 
 __all__ = [
     "MAX_INTERIM_RESPONSES",
@@ -73,7 +73,7 @@ _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 # URLs whose (pool, request target) are kept parsed; signed URLs must not pile up
-_MAX_ROUTES = 4096
+MAX_ROUTES = 4096
 
 
 class WireError(ProtocolError):
@@ -722,7 +722,7 @@ class WireTransport:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         route = (self._pool_for(url), target)
         with self._lock:
-            if len(self._routes) > _MAX_ROUTES:
+            if len(self._routes) > MAX_ROUTES:
                 self._routes.clear()
             self._routes[url] = route
         return route

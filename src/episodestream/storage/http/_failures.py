@@ -31,18 +31,18 @@ from episodestream.errors import (
     StorageTimeout,
 )
 from episodestream.storage._config import Limits, RetryPolicy, Timeouts
-from episodestream.storage._hostgate import HOST_GATES
-from episodestream.storage._httpmetrics import Metrics
-from episodestream.storage._httprules import describe_error, unsatisfied_total
 from episodestream.storage._messages import server_message
-from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
-from episodestream.storage._transport import (
+from episodestream.storage._urls import shown_url
+from episodestream.storage.http._hostgate import HOST_GATES
+from episodestream.storage.http._metrics import Metrics
+from episodestream.storage.http._ratelimit import MAX_QUOTA_WAITS, RateLimit, parse_rate_limit
+from episodestream.storage.http._rules import describe_error, unsatisfied_total
+from episodestream.storage.http._transport import (
     PoolTimeout,
     ProtocolError,
     ProxyRefused,
     ProxyUnreachable,
 )
-from episodestream.storage._urls import redact_url
 
 if TYPE_CHECKING:
     from episodestream.storage._deadline import Deadline
@@ -78,28 +78,28 @@ def send_failure(
     if isinstance(error, PoolTimeout):
         return Retry(
             StorageTimeout(
-                f"{redact_url(url)}: no free connection within {timeouts.pool_seconds} s "
+                f"{shown_url(url)}: no free connection within {timeouts.pool_seconds} s "
                 f"(pool of {limits.max_connections_per_host})"
             )
         )
     if isinstance(error, ProxyRefused):
         # 502/503/504: the proxy could not reach the origin (may pass); others (407) do not
-        refused = ProxyError(f"{redact_url(url)}: {error}")
+        refused = ProxyError(f"{shown_url(url)}: {error}")
         return Retry(refused, status=error.status) if error.status in (502, 503, 504) else refused
     if isinstance(error, ProxyUnreachable):
-        return Retry(ProxyError(f"{redact_url(url)}: {error}"))
+        return Retry(ProxyError(f"{shown_url(url)}: {error}"))
     if isinstance(error, ssl.SSLCertVerificationError):
         # A certificate problem does not fix itself; do not retry.
-        return StorageError(f"{redact_url(url)}: TLS certificate error: {error}")
+        return StorageError(f"{shown_url(url)}: TLS certificate error: {error}")
     if isinstance(error, TimeoutError):
-        return Retry(StorageTimeout(f"{redact_url(url)}: timed out: {describe_error(error)}"))
+        return Retry(StorageTimeout(f"{shown_url(url)}: timed out: {describe_error(error)}"))
     if isinstance(error, ProtocolError):
-        return Retry(InvalidResponse(f"{redact_url(url)}: {error}"))
+        return Retry(InvalidResponse(f"{shown_url(url)}: {error}"))
     if isinstance(error, ValueError):
         # an unsafe request target or header the transport refuses to send: not retried
-        return StorageError(f"{redact_url(url)}: {error}")
+        return StorageError(f"{shown_url(url)}: {error}")
     if isinstance(error, OSError):
-        return Retry(StorageError(f"{redact_url(url)}: connection failed: {describe_error(error)}"))
+        return Retry(StorageError(f"{shown_url(url)}: connection failed: {describe_error(error)}"))
     return None
 
 

@@ -45,7 +45,7 @@ from episodestream.errors import (
 )
 from episodestream.storage._config import RETRYABLE_STATUSES, RetryPolicy
 from episodestream.storage._messages import MAX_MESSAGE_CHARS, server_message
-from episodestream.storage._ratelimit import MAX_QUOTA_WAITS, parse_rate_limit
+from episodestream.storage.http._ratelimit import MAX_QUOTA_WAITS, parse_rate_limit
 
 __all__ = [
     "HUB_EXTRA",

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from episodestream.storage._config import DEFAULT_TIMEOUTS, Timeouts
+from episodestream.storage._deadline import MIN_BYTES_PER_SECOND
 
 __all__ = [
     "MIN_BYTES_PER_SECOND",
@@ -61,9 +62,6 @@ __all__ = [
     "exchange_deadline",
 ]
 
-# An exchange (head and body) slower than this on average, after a read timeout's worth of
-# grace, has failed: a trickling server cannot hold a read for ever.
-MIN_BYTES_PER_SECOND = 64 * 1024
 
 # The instant (``time.monotonic()``) by which the exchanges sent in this context must end.
 _EXCHANGE_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(

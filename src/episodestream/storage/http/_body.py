@@ -1,8 +1,8 @@
 """Reading the HTTP reader's response bodies: a range's bytes, a small whole body, a skip.
 
-Each function reads from a :class:`~episodestream.storage._transport.Response` the caller holds
+Each function reads from a :class:`~episodestream.storage.http._transport.Response` the caller holds
 in a ``with`` (released when read to its end, else its connection closed) and turns a short or
-broken transfer into a :class:`~episodestream.storage._failures.Retry`.
+broken transfer into a :class:`~episodestream.storage.http._failures.Retry`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 
 from episodestream.errors import InvalidResponse, StorageError, StorageTimeout
-from episodestream.storage._failures import Retry
-from episodestream.storage._httpmetrics import Metrics
-from episodestream.storage._httprules import describe_error
-from episodestream.storage._transport import MIN_BYTES_PER_SECOND, ExchangeTooSlow, Response
+from episodestream.storage._deadline import body_deadline_seconds
+from episodestream.storage.http._failures import Retry
+from episodestream.storage.http._metrics import Metrics
+from episodestream.storage.http._rules import describe_error
+from episodestream.storage.http._transport import ExchangeTooSlow, Response
 
-__all__ = ["body_deadline_seconds", "read_body", "read_small_body", "skip_body"]
+__all__ = ["read_body", "read_small_body", "skip_body"]
 
 # Small bodies and skips go in calls of this size: the minimum-rate deadline is checked
 # between calls (one call blocks until its bytes are there or the read timeout passes).
@@ -24,16 +25,6 @@ _READ_CHUNK_BYTES = 64 * 1024
 # (episode spans, split parts) arrive with no copy at all.
 _BODY_CALL_BYTES = 16 * 1024 * 1024
 _SKIP_CHUNK_BYTES = 64 * 1024
-# A body slower than this (after the first read timeout's worth of grace) fails the attempt,
-# so a trickling server cannot hold a read forever (checked here between read calls; the
-# wire also bounds each call: ``_transport.py``, "Deadlines").
-_MIN_BODY_BYTES_PER_SECOND = MIN_BYTES_PER_SECOND
-
-
-def body_deadline_seconds(read_seconds: float, wanted: int) -> float:
-    """How long reading (or skipping) ``wanted`` body bytes may take in all: the read timeout,
-    or longer for a body that needs it at the minimum rate (64 KiB/s)."""
-    return max(read_seconds, wanted / _MIN_BODY_BYTES_PER_SECOND)
 
 
 def read_body(

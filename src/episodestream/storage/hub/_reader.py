@@ -1,7 +1,7 @@
 """Hugging Face Hub reader: dataset repos (revision pinned to a commit) and buckets.
 
 The control plane (the token to send, the endpoint, a revision's commit) is huggingface_hub's
-(``_hubapi.py``). Files are read through the Hub's ``resolve`` URLs with the native HTTP reader,
+(``_api.py``). Files are read through the Hub's ``resolve`` URLs with the native HTTP reader,
 measured to win on byte ranges (docs/HTTP_CLIENTS.md). Small git files
 are served by the Hub itself; large (LFS/Xet) files are redirected to one of several CDN hosts
 with a signed, expiring URL that may be valid for the exact ``Range`` of the redirected request
@@ -28,10 +28,10 @@ from typing import Any
 
 from episodestream.errors import InvalidResponse, LocationError, NotFound, StorageError
 from episodestream.storage._base import FileInfo, normalize_relative_path
-from episodestream.storage._http import HttpRangeReader, _FileState
-from episodestream.storage._hubapi import hub_commit, hub_endpoint, hub_token
 from episodestream.storage._location import Location
-from episodestream.storage._urls import origin_of
+from episodestream.storage._urls import origin_of, shown_url
+from episodestream.storage.http._reader import FileState, HttpRangeReader
+from episodestream.storage.hub._api import hub_commit, hub_endpoint, hub_token
 
 __all__ = ["DEFAULT_HUB_ENDPOINT", "HubRangeReader", "hub_endpoint", "hub_token"]
 
@@ -77,7 +77,7 @@ class HubRangeReader(HttpRangeReader):
     ) -> None:
         parsed = Location.parse(location)
         if parsed.kind != "hub":
-            raise LocationError(f"not a Hub location: {parsed.url!r}")
+            raise LocationError(f"not a Hub location: {shown_url(parsed.url)!r}")
         endpoint = (endpoint or hub_endpoint()).rstrip("/")
         resolved_token = hub_token(token)
         super().__init__(endpoint, token=resolved_token, **http_options)
@@ -139,7 +139,7 @@ class HubRangeReader(HttpRangeReader):
         return headers
 
     def _on_resolve(
-        self, state: _FileState, headers: Mapping[str, str], start: int, end: int
+        self, state: FileState, headers: Mapping[str, str], start: int, end: int
     ) -> None:
         """Pin (first resolve) or check (later ones) the identity the Hub gives the file."""
         identity = headers.get("X-Linked-Etag") or headers.get("X-Xet-Hash")
