@@ -322,6 +322,11 @@ def dataset_config(
         if source is not None:
             raise ConfigError(f"{what}: the source is given twice (first argument and source=)")
         source, first = first, None
+    if first is not None and not isinstance(first, str | os.PathLike | Location):
+        raise ConfigTypeError(
+            f"repo_id must be a str like 'org/name', a root (path or URL) or a Source, "
+            f"got {type(first).__name__}"
+        )
     if first is not None or root is not None:
         if root is None:
             located = Source.coerce(first)  # type: ignore[arg-type]
@@ -441,6 +446,11 @@ class LeRobotSurface:
     def sample_options(self) -> SampleOptions:
         """What one sample holds (resolved; ``return_uint8`` folded into ``image_dtype``)."""
         return self.config.samples
+
+    @property
+    def order(self) -> Order:
+        """Which samples come in which order (resolved; the pool's)."""
+        return self.config.order
 
     def _describe_for_lerobot(self) -> None:
         """Once ``dataset`` is open: the selection as LeRobot's ``dataset.episodes`` reports

@@ -224,6 +224,16 @@ def _open_through(
     return reader, meta
 
 
+def restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:
+    """``dataset`` with only the selected episodes where ``mask`` is True."""
+    return dataclasses.replace(
+        dataset,
+        episode_ids=dataset.episode_ids[mask],
+        episode_lengths=dataset.episode_lengths[mask],
+        episode_nbytes=dataset.episode_nbytes[mask],
+    )
+
+
 def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:
     """Span rows of episodes ``ids`` (vectorized ``manifest.row``)."""
     order = manifest.episode_index

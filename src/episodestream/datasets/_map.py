@@ -16,12 +16,12 @@ from episodestream._checks import shown
 from episodestream._closing import Closing
 from episodestream.datasets._compat import LeRobotSurface, dataset_config, one_of
 from episodestream.datasets._engine import StreamEngine, open_for_samples
-from episodestream.datasets._groups import ImageDtype, Resources, SampleOptions
+from episodestream.datasets._groups import ImageDtype, Order, Resources, SampleOptions
 from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
 from episodestream.datasets._source import Source
 from episodestream.decode import BackendName
-from episodestream.errors import ConfigTypeError, SampleIndexError
+from episodestream.errors import ConfigError, ConfigTypeError, SampleIndexError
 from episodestream.sampling import WorkerSlot, split_budget
 from episodestream.storage import BaseRangeReader, Location
 
@@ -54,7 +54,9 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
 
     Configuration (README, "Options"): ``source=`` (a :class:`Source`, or the first
     argument), ``resources=`` (:class:`Resources`) and ``samples=`` (:class:`SampleOptions`,
-    also spelt ``sample_options=``); each flat keyword below is a field of one of them, and
+    also spelt ``sample_options=``); ``order=`` is taken for symmetry with the pool and must be
+    the default :class:`Order` (the DataLoader's sampler orders a map-style dataset). Each flat
+    keyword below is a field of one of them, and
     ``options=`` (:class:`StreamOptions`) is still taken. A keyword left at None takes its
     group's default; a setting given twice with two values is a ``ConfigError``. The resolved
     groups are ``ds.source``, ``ds.resources`` and ``ds.sample_options``.
@@ -89,6 +91,7 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         resources: Resources | None = None,
         samples: SampleOptions | None = None,
         sample_options: SampleOptions | None = None,
+        order: Order | None = None,
         episodes: Sequence[int] | None = None,
         image_transforms: ImageTransform | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
@@ -116,7 +119,7 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
             source=source,
             resources=resources,
             samples=one_of("samples", samples, "sample_options", sample_options),
-            order=None,
+            order=order,
             options=options,
             keywords={
                 "episodes": episodes,
@@ -136,6 +139,11 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
             lerobot={"video_backend": video_backend, "return_uint8": return_uint8},
             reader=reader,
         )
+        if self.order != Order():
+            raise ConfigError(
+                "EpisodeStreamDataset: order= applies to EpisodePoolDataset; a map-style "
+                "dataset is ordered by the DataLoader's sampler"
+            )
         self.name, self.options = self.config.name, self.config.options
         self.prefetch_next = self.resources.prefetch_next
         self.dataset, self.samples = open_for_samples(

@@ -8,15 +8,12 @@ from concurrent.futures import CancelledError
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch.utils.data
 
 from episodestream._closing import Closing
 from episodestream.datasets._compat import LeRobotSurface, dataset_config, one_of
 from episodestream.datasets._engine import (
-    OpenedDataset,
     StreamEngine,
-    check_budget,
     open_for_samples,
 )
 from episodestream.datasets._groups import (
@@ -33,7 +30,7 @@ from episodestream.datasets._groups import (
 from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._pool_progress import PoolMetrics
 from episodestream.datasets._pool_resume import PoolPosition
-from episodestream.datasets._pool_run import RunSettings, run_episodes, window_run
+from episodestream.datasets._pool_run import RunSettings, pass_sizes, run_episodes, window_run
 from episodestream.datasets._pool_threads import ThreadKeeper
 from episodestream.datasets._samples import ImageTransform
 from episodestream.datasets._source import Source
@@ -44,10 +41,8 @@ from episodestream.errors import DecodeError
 from episodestream.sampling import (
     DEFAULT_SPREAD,
     PoolSchedule,
-    WindowParams,
     episodes_digest,
     plan_shards,
-    split_budget,
     window_slots,
 )
 from episodestream.storage import BaseRangeReader, Location
@@ -62,8 +57,6 @@ __all__ = [
 
 #: bound on waiting for one decoded sample (decode of one multi-camera sample)
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
-#: row reads queued per episode the rows cache holds (reads are queued once per episode)
-_ROWS_QUEUE_PER_EPISODE = 2
 
 
 class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDataset):
@@ -242,11 +235,6 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         self._engine: StreamEngine | None = None
         self._window_run: WindowRun | None = None
 
-    @property
-    def order(self) -> Order:
-        """Which samples come in which order (resolved)."""
-        return self.config.order
-
     # -- epochs and resume ----------------------------------------------------------------------
 
     @property
@@ -359,33 +347,17 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         if ids.size == 0:
             return
         resources = self.resources
-        budget = split_budget(resources.byte_budget, slot)
-        mine = np.isin(self.dataset.episode_ids, ids)
-        check_budget(
-            _restrict(self.dataset, mine),
-            budget,
-            resident_episodes=min(self.params.pool_size, int(ids.size)),
-            what=f"byte_budget share of worker {slot.worker} (rank {slot.rank})",
+        sizes = pass_sizes(
+            self.dataset, ids, slot, resources, self.order, window_bytes=self.window_bytes
         )
-        rows_capacity = self.params.pool_size + self.prefetch_episodes + 1
-        decode_pending = self.max_pending_samples + 1
-        windows: tuple[int, int, int] | None = None
-        if self.unit == "window":
-            share = split_budget(self.decoded_budget, slot)
-            resident_windows, ahead = window_slots(
-                share, self.window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
-            )
-            windows = (share, resident_windows, ahead)
-            rows_capacity += resident_windows
-            decode_pending = self.max_pending_samples + ahead + 2
         threads, closes = self._threads.start_pass(
             self.dataset,
             resources,
             tolerance_s=self.sample_options.tolerance_s,
             max_open_decoders=resources.open_decoders(),
-            byte_budget=budget,
-            decode_pending=decode_pending,
-            rows_pending=_ROWS_QUEUE_PER_EPISODE * rows_capacity,
+            byte_budget=sizes.byte_budget,
+            decode_pending=sizes.decode_pending,
+            rows_pending=sizes.rows_pending,
         )
         metrics = PoolMetrics()
         self._engine, self._metrics, self._window_run = threads.engine, metrics, None
@@ -403,31 +375,22 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
             wait_timeout_s=resources.wait_timeout_s,
             # read when the pass starts (a test patches it)
             sample_timeout_s=DEFAULT_SAMPLE_TIMEOUT_S,
-            rows_capacity=rows_capacity,
+            rows_capacity=sizes.rows_capacity,
             on_sample=on_sample,
         )
         finished = False
         try:
-            if windows is not None:
-                share, resident_windows, ahead = windows
-                params = WindowParams(
-                    window_frames=self.window_frames,
-                    open_episodes=self.params.pool_size,
-                    resident_windows=resident_windows,
-                    seed=self.params.seed,
-                    shuffle=self.params.shuffle,
-                )
+            if sizes.windows is not None:
                 self._window_run = window_run(
                     threads,
                     ids,
                     counts,
-                    params,
+                    self.order,
                     slot,
                     epoch=self.epoch,
                     start=start,
                     settings=settings,
-                    share=share,
-                    ahead=ahead,
+                    windows=sizes.windows,
                 )
                 yield from self._window_run
             else:
@@ -443,6 +406,24 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
         finally:
             self._engine = None
             self._threads.end_pass(threads, closes=closes, finished=finished)
+
+    # -- introspection --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters of the current (or last) iteration in this process."""
+        result: dict[str, Any] = {"reader": self.dataset.reader.metrics()}
+        if self._metrics is not None:
+            result.update(self._metrics.snapshot())
+        if self._window_run is not None:
+            window = self._window_run.snapshot()
+            result["refill_waits"] += window.pop("refill_waits")
+            result["refill_wait_s"] += window.pop("refill_wait_s")
+            result.update(window)
+        engine = self._engine
+        if engine is not None:
+            result["cache"] = engine.cache.metrics()
+            result["decoders"] = engine.decoders.stats()
+        return result
 
     def close(self) -> None:
         """Stop this process's fetch, rows, decode and open threads (those of a pass running now
@@ -470,14 +451,3 @@ class EpisodePoolDataset(Closing, LeRobotSurface, torch.utils.data.IterableDatas
                 else ")"
             )
         )
-
-
-def _restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:
-    from dataclasses import replace
-
-    return replace(
-        dataset,
-        episode_ids=dataset.episode_ids[mask],
-        episode_lengths=dataset.episode_lengths[mask],
-        episode_nbytes=dataset.episode_nbytes[mask],
-    )

@@ -7,19 +7,87 @@ import collections
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from episodestream.datasets._engine import OpenedDataset, check_budget, restrict
+from episodestream.datasets._groups import Order, Resources
 from episodestream.datasets._pool_progress import PoolMetrics
 from episodestream.datasets._pool_threads import PassThreads
 from episodestream.datasets._samples import EpisodeRows, SampleBuilder
 from episodestream.datasets._waits import result_within
-from episodestream.datasets._windows import DecodedBudget, WindowRun
+from episodestream.datasets._windows import DEFAULT_DECODE_AHEAD, DecodedBudget, WindowRun
 from episodestream.errors import DecodeError
-from episodestream.sampling import PoolSchedule, WindowParams, WindowSchedule, WorkerSlot
+from episodestream.sampling import (
+    PoolSchedule,
+    WindowParams,
+    WindowSchedule,
+    WorkerSlot,
+    split_budget,
+    window_slots,
+)
 
-__all__ = ["RunSettings", "run_episodes", "window_run"]
+__all__ = ["PassSizes", "RunSettings", "pass_sizes", "run_episodes", "window_run"]
+
+#: row reads queued per episode the rows cache holds (reads are queued once per episode)
+ROWS_QUEUE_PER_EPISODE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PassSizes:
+    """What one worker's pass may hold, from its share of the rank's budgets.
+
+    Attributes:
+        byte_budget: this worker's share of ``byte_budget``.
+        rows_capacity: episodes whose Parquet rows are kept.
+        decode_pending: samples queued for the decode threads.
+        rows_pending: row reads queued for the rows threads.
+        windows: for ``unit="window"``, (decoded-budget share, resident windows, windows
+            decoded ahead); None for whole episodes.
+    """
+
+    byte_budget: int
+    rows_capacity: int
+    decode_pending: int
+    rows_pending: int
+    windows: tuple[int, int, int] | None
+
+
+def pass_sizes(
+    dataset: OpenedDataset,
+    ids: np.ndarray,
+    slot: WorkerSlot,
+    resources: Resources,
+    order: Order,
+    *,
+    window_bytes: int,
+) -> PassSizes:
+    """The sizes of ``slot``'s pass over episodes ``ids``; refuses a budget share that cannot
+    hold the worker's pool (:func:`~episodestream.datasets._engine.check_budget`)."""
+    budget = split_budget(resources.byte_budget, slot)
+    check_budget(
+        restrict(dataset, np.isin(dataset.episode_ids, ids)),
+        budget,
+        resident_episodes=min(order.pool_size, int(ids.size)),
+        what=f"byte_budget share of worker {slot.worker} (rank {slot.rank})",
+    )
+    pending = resources.pending_samples
+    rows_capacity = order.pool_size + resources.prefetch_episodes + 1
+    decode_pending = pending + 1
+    windows: tuple[int, int, int] | None = None
+    if order.unit == "window":
+        share = split_budget(resources.decoded_budget, slot)
+        resident_windows, ahead = window_slots(
+            share, window_bytes, decode_ahead=DEFAULT_DECODE_AHEAD
+        )
+        windows = (share, resident_windows, ahead)
+        rows_capacity += resident_windows
+        decode_pending = pending + ahead + 2
+    return PassSizes(
+        budget, rows_capacity, decode_pending, ROWS_QUEUE_PER_EPISODE * rows_capacity, windows
+    )
 
 
 class RunSettings:
@@ -151,16 +219,23 @@ def window_run(
     threads: PassThreads,
     ids: np.ndarray,
     counts: np.ndarray,
-    params: WindowParams,
+    order: Order,
     slot: WorkerSlot,
     *,
     epoch: int,
     start: int,
     settings: RunSettings,
-    share: int,
-    ahead: int,
+    windows: tuple[int, int, int],
 ) -> WindowRun:
     """One pass of windows (``unit="window"``), ready to iterate."""
+    share, resident_windows, ahead = windows
+    params = WindowParams(
+        window_frames=order.window_frames,
+        open_episodes=order.pool_size,
+        resident_windows=resident_windows,
+        seed=order.seed,
+        shuffle=order.shuffle,
+    )
     schedule = WindowSchedule(ids, counts, params=params, slot=slot, epoch=epoch, start=start)
     rows = EpisodeRows(
         threads.engine.rows,

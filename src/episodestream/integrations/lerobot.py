@@ -141,7 +141,10 @@ def _build(
             "cfg.dataset.repo_id must be one dataset (multi-dataset is not supported)"
         )
     # every option is checked (ConfigError) before the first request for the metadata
-    check_arguments(EpisodePoolDataset if streaming else EpisodeStreamDataset, options)
+    chosen = {} if episodes is None else {"episodes": episodes}
+    check_arguments(
+        EpisodePoolDataset if streaming else EpisodeStreamDataset, {**options, **chosen}
+    )
     image_transforms = _image_transforms(factory, dataset_cfg) if transforms else None
     if meta is None:
         meta = load_metadata(
