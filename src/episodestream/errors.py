@@ -20,10 +20,12 @@
     │   └── SidecarCoverageError     a subset's sidecar lacking episodes asked of it
     ├── CacheError
     │   └── BudgetError              a byte budget that cannot hold what is asked
+    │       └── BudgetConfigError    a byte size argument that is no size (also ConfigError)
     ├── DecodeError
     │   └── FrameNotFoundError       no frame within tolerance of a timestamp
     ├── SamplingError                bad pool/shard parameters or resume state
-    │   └── SampleIndexError         ds[i] outside the dataset (also IndexError)
+    │   ├── SampleIndexError         ds[i] outside the dataset (also IndexError)
+    │   └── SamplingConfigError      a sampling argument refused when given (also ConfigError)
     ├── ConfigError                  an argument or option outside its accepted values
     │   └── ConfigTypeError          one of the wrong type, or an unknown option (also TypeError)
     └── ServingError                 nginx / WAN emulator could not start or stop
@@ -38,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "BudgetConfigError",
     "BudgetError",
     "CacheError",
     "ConfigError",
@@ -55,6 +58,7 @@ __all__ = [
     "PublishError",
     "RangeNotSupported",
     "SampleIndexError",
+    "SamplingConfigError",
     "SamplingError",
     "ServingError",
     "SidecarCoverageError",
@@ -173,6 +177,18 @@ class ConfigTypeError(ConfigError, TypeError):
 
     Also a ``TypeError``, as Python raises for a wrong type or an unexpected keyword.
     """
+
+
+class BudgetConfigError(BudgetError, ConfigError):
+    """A byte size argument (``byte_budget``, ``decoded_budget``) that is not a positive size
+    within bounds; refused when the option group holding it is built, before any request.
+    Still a :class:`BudgetError`, as such values raised before the option groups."""
+
+
+class SamplingConfigError(SamplingError, ConfigError):
+    """A sampling argument (``episodes``, ``delta_timestamps``, ``image_dtype``, ``pool_size``,
+    ``seed``, ``shuffle``) refused when the option group holding it is built, before any
+    request. Still a :class:`SamplingError`, as such values raised before the option groups."""
 
 
 class UnknownEpisodesError(ManifestError, ConfigError):

@@ -155,7 +155,8 @@ def test_open_reader_takes_typed_options_and_refuses_what_a_backend_does_not_tak
 
 def test_a_byte_budget_at_its_default_in_another_spelling_is_no_clash(lerobot_fixture_root):
     options = StreamOptions(decoder="pyav")
-    with EpisodeStreamDataset(lerobot_fixture_root, options=options, byte_budget=2**31) as ds:
+    # 8 GiB, the one default (DEFAULT_BYTE_BUDGET), spelt as bytes
+    with EpisodeStreamDataset(lerobot_fixture_root, options=options, byte_budget=2**33) as ds:
         assert ds.options is options
 
 

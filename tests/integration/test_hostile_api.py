@@ -43,6 +43,8 @@ from episodestream import (
     EpisodePoolDataset,
     EpisodeStreamDataset,
     EpisodeStreamError,
+    Order,
+    Resources,
     SampleIndexError,
     SamplingError,
     ServingError,
@@ -381,6 +383,16 @@ DATASET_CASES: list[tuple[str, dict[str, Any], type[EpisodeStreamError], tuple[s
     ("repo_type model", {"repo_type": "model"}, ConfigError, ("repo_type",)),
     ("depth_output_unit 5", {"depth_output_unit": 5}, ConfigTypeError, ("depth_output_unit",)),
     ("tolerance_s NaN", {"tolerance_s": math.nan}, ConfigError, ("tolerance_s",)),
+    # the option groups
+    ("resources a dict", {"resources": {"byte_budget": 1}}, ConfigTypeError, ("resources",)),
+    ("samples a StreamOptions", {"samples": StreamOptions()}, ConfigTypeError, ("samples",)),
+    ("source an int", {"source": 5}, ConfigTypeError, ("source",)),
+    (
+        "byte_budget given twice",
+        {"resources": Resources(byte_budget="1GiB"), "byte_budget": "2GiB"},
+        ConfigError,
+        ("byte_budget", "twice"),
+    ),
 ]
 
 POOL_CASES: list[tuple[str, dict[str, Any], type[EpisodeStreamError], tuple[str, ...]]] = [
@@ -413,6 +425,11 @@ POOL_CASES: list[tuple[str, dict[str, Any], type[EpisodeStreamError], tuple[str,
         BudgetError,
         ("decoded_budget", "MAX_BYTES"),
     ),
+]
+
+POOL_CASES += [
+    ("order a dict", {"order": {"seed": 1}}, ConfigTypeError, ("order",)),
+    ("seed given twice", {"order": Order(seed=1), "seed": 2}, ConfigError, ("seed", "twice")),
 ]
 
 MAP_CASES: list[tuple[str, dict[str, Any], type[EpisodeStreamError], tuple[str, ...]]] = [

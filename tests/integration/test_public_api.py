@@ -5,6 +5,7 @@ import episodestream
 from episodestream import errors
 
 PUBLIC_NAMES = [
+    "BudgetConfigError",
     "BudgetError",
     "CacheError",
     "CheckFinding",
@@ -24,14 +25,19 @@ PUBLIC_NAMES = [
     "ManifestError",
     "Mp4FormatError",
     "NotFound",
+    "Order",
     "ProxyError",
     "PublishError",
     "RangeNotSupported",
     "ReaderOptions",
+    "Resources",
     "SampleIndexError",
+    "SampleOptions",
+    "SamplingConfigError",
     "SamplingError",
     "ServingError",
     "SidecarCoverageError",
+    "Source",
     "StaleSourceError",
     "StorageError",
     "StorageTimeout",

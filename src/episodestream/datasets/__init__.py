@@ -2,17 +2,36 @@
 
 - :class:`EpisodeStreamDataset`: map-style, LeRobot-identical samples by index.
 - :class:`EpisodePoolDataset`: iterable, the exact-coverage episode pool (sharded, resumable).
+- Their configuration: :class:`Source` (where a dataset lives), and the option groups
+  :class:`Resources`, :class:`SampleOptions` and :class:`Order`, each setting with one default;
+  :class:`StreamOptions` is the flat form of before, still accepted.
 """
 
+from episodestream.datasets._groups import (
+    DEFAULT_BYTE_BUDGET,
+    DEFAULT_DECODED_BUDGET,
+    DEFAULT_IMAGE_DTYPE,
+    Order,
+    Resources,
+    SampleOptions,
+    parse_bytes,
+)
 from episodestream.datasets._map import EpisodeStreamDataset
-from episodestream.datasets._options import DEFAULT_BYTE_BUDGET, StreamOptions, parse_bytes
+from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._pool import EpisodePoolDataset
+from episodestream.datasets._source import Source
 from episodestream.datasets._transport import images_to_float
 
 __all__ = [
     "DEFAULT_BYTE_BUDGET",
+    "DEFAULT_DECODED_BUDGET",
+    "DEFAULT_IMAGE_DTYPE",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
+    "Order",
+    "Resources",
+    "SampleOptions",
+    "Source",
     "StreamOptions",
     "images_to_float",
     "parse_bytes",

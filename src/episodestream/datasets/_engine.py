@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from episodestream.cache import EpisodeByteCache, ManifestClipSource, ResidentEpisode
-from episodestream.datasets._options import ImageDtype, StreamOptions
-from episodestream.datasets._samples import ImageTransform, SampleBuilder
+from episodestream.datasets._groups import Resources, SampleOptions
+from episodestream.datasets._samples import SampleBuilder
+from episodestream.datasets._source import Source
 from episodestream.datasets._waits import result_within
 from episodestream.decode import (
     DecodeExecutor,
@@ -26,7 +27,6 @@ from episodestream.decode import (
 )
 from episodestream.errors import (
     BudgetError,
-    ConfigError,
     DatasetFormatError,
     DecodeError,
     LocationError,
@@ -89,38 +89,41 @@ def _close_abandoned(future: Future[Decoder]) -> None:
 
 def open_dataset(
     root: str | Location,
-    episodes: object,
-    options: StreamOptions,
+    source: Source,
+    resources: Resources,
     *,
     root_label: str | None = None,
     reader: BaseRangeReader | None = None,
 ) -> OpenedDataset:
-    """Open ``root`` (path, URL, hf://, s3://, ...), its metadata and manifest.
+    """Open ``root`` (path, URL, hf://, s3://, ...; the one ``source`` names), its metadata
+    and manifest, for ``source.episodes``. The groups are checked values: nothing here
+    checks them again.
 
     With ``reader``, the dataset is read through it (``root`` only names the dataset); the
     caller keeps it: neither an error here nor closing the dataset closes it.
     """
     # fail fast on a backend that cannot run here; loading it now (torchcodec takes seconds)
     # also lets forked DataLoader workers inherit it instead of each loading it again
-    resolve_backend(options.decoder, options.device)
+    resolve_backend(resources.decoder, resources.device)
     location = Location.parse(root)
     owns_reader = reader is None
+    episodes = source.episodes
     if reader is not None:
-        reader, meta = _open_through(reader, location, options, root_label)
+        reader, meta = _open_through(reader, location, source, root_label)
     else:
-        if options.revision is not None:
+        if source.revision is not None:
             if location.kind != "hub":
                 raise LocationError(
-                    f"revision={options.revision!r} applies to hf:// roots only, "
+                    f"revision={source.revision!r} applies to hf:// roots only, "
                     f"not {location.url!r}"
                 )
-            location = dataclasses.replace(location, revision=options.revision)
+            location = dataclasses.replace(location, revision=source.revision)
         reader, meta = open_dataset_files(
             location,
             label=root_label,
-            data_root=options.data_root,
-            reader_options=options.reader_options,
-            data_reader_options=options.data_reader_options,
+            data_root=source.data_root,
+            reader_options=source.reader_options,
+            data_reader_options=source.data_reader_options,
         )
     try:
         unsupported = meta.image_keys
@@ -132,18 +135,18 @@ def open_dataset(
         ids = _select_episodes(meta, episodes)
         # split roots: a published sidecar lives beside meta/ (index --publish writes it there)
         published = (
-            open_metadata_reader(location, meta, options.reader_options)
-            if options.data_root
+            open_metadata_reader(location, meta, source.reader_options)
+            if source.data_root
             else None
         )
         try:
             manifest = open_manifest(
                 reader,
                 meta,
-                sidecar=options.sidecar,
-                cache_dir=options.cache_dir,
-                build=options.build_index,
-                progress=options.progress,
+                sidecar=source.sidecar,
+                cache_dir=resources.cache_dir,
+                build=source.build_index,
+                progress=source.progress,
                 published_reader=published,
                 # a cached sidecar of a subset holding these episodes will do
                 episodes=None if episodes is None else ids,
@@ -176,61 +179,59 @@ def open_dataset(
 
 def open_for_samples(
     root: str | os.PathLike[str] | Location,
-    episodes: object,
-    options: StreamOptions,
+    source: Source,
+    resources: Resources,
+    samples: SampleOptions,
     *,
-    delta_timestamps: Mapping[str, Sequence[float]] | None,
-    image_dtype: ImageDtype,
-    image_transforms: ImageTransform | None,
     resident_episodes: int,
     reader: BaseRangeReader | None = None,
 ) -> tuple[OpenedDataset, SampleBuilder]:
-    """What both dataset classes open first: the dataset, its sample builder, and a budget
-    check for ``resident_episodes`` pinned at once; the reader is closed on any error."""
+    """What both dataset classes open first: the dataset, its sample builder, and a check
+    that ``resources.byte_budget`` holds ``resident_episodes`` of this dataset's episodes
+    pinned at once; the reader is closed on any error."""
     dataset = open_dataset(
         os.fspath(root) if isinstance(root, os.PathLike) else root,
-        episodes,
-        options,
+        source,
+        resources,
         reader=reader,
     )
     try:
-        samples = SampleBuilder(
+        builder = SampleBuilder(
             dataset.meta,
-            delta_timestamps=delta_timestamps,
-            image_dtype=image_dtype,
-            image_transforms=image_transforms,
+            delta_timestamps=samples.delta_timestamps,
+            image_dtype=samples.image_dtype,
+            image_transforms=samples.image_transforms,
         )
         check_budget(
             dataset,
-            options.byte_budget,
+            resources.byte_budget,
             resident_episodes=min(resident_episodes, len(dataset.episode_ids)),
             what="byte_budget",
         )
     except BaseException:
         dataset.close()
         raise
-    return dataset, samples
+    return dataset, builder
 
 
 def _open_through(
-    reader: BaseRangeReader, location: Location, options: StreamOptions, root_label: str | None
+    reader: BaseRangeReader, location: Location, source: Source, root_label: str | None
 ) -> tuple[BaseRangeReader, DatasetMeta]:
     """The metadata of a dataset read through a reader the caller opened (and keeps); the
-    datasets checked its type when they named the dataset (``resolve_dataset_name``)."""
-    opened_here = {
-        "revision": options.revision,
-        "data_root": options.data_root,
-        "reader_options": options.reader_options.given() or None,
-        "data_reader_options": options.data_reader_options,
-    }
-    given = sorted(name for name, value in opened_here.items() if value is not None)
-    if given:
-        raise ConfigError(
-            f"reader= is already open: {', '.join(given)} would open another; "
-            "open the reader with them instead"
-        )
+    datasets checked the reader's type, and that ``source`` asks for no other reader, when
+    they resolved their arguments (``datasets/_compat.py``)."""
     meta = load_dataset_meta(reader, root=root_label or location.url, revision=reader.revision)
     return reader, meta
+
+
+def restrict(dataset: OpenedDataset, mask: np.ndarray) -> OpenedDataset:
+    """``dataset`` with only the selected episodes where ``mask`` is True."""
+    return dataclasses.replace(
+        dataset,
+        episode_ids=dataset.episode_ids[mask],
+        episode_lengths=dataset.episode_lengths[mask],
+        episode_nbytes=dataset.episode_nbytes[mask],
+    )
 
 
 def manifest_rows(manifest: EpisodeManifest, ids: np.ndarray) -> np.ndarray:
@@ -292,19 +293,30 @@ class StreamEngine:
     thread it started.
     """
 
-    def __init__(self, dataset: OpenedDataset, options: StreamOptions, *, byte_budget: int) -> None:
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        resources: Resources,
+        *,
+        tolerance_s: float,
+        byte_budget: int,
+        max_open_decoders: int,
+    ) -> None:
+        """``byte_budget`` is this process's share of ``resources.byte_budget``;
+        ``max_open_decoders`` the decoders it keeps (``Resources.open_decoders``)."""
         self.dataset = dataset
-        self.options = options
+        self.resources = resources
+        self.tolerance_s = tolerance_s
         self.rows = EpisodeRowReader(dataset.reader, dataset.meta)
         source = ManifestClipSource(dataset.manifest, dataset.reader, root=dataset.root)
         self.cache = EpisodeByteCache(
             source,
             dataset.reader,
             byte_budget=byte_budget,
-            fetch_workers=options.fetch_workers,
+            fetch_workers=resources.fetch_workers,
         )
         self.decoders: DecoderPool[tuple[int, str]] = DecoderPool(
-            max_decoders=options.max_open_decoders, max_bytes=options.max_decoder_bytes
+            max_decoders=max_open_decoders, max_bytes=resources.max_decoder_bytes
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -317,7 +329,7 @@ class StreamEngine:
         clip = resident.clips[camera]
         key = (resident.episode, camera)
         name = f"episode {resident.episode} / {camera}"
-        options = self.options
+        options = self.resources
 
         def open_clip():
             return open_decoder(
@@ -333,7 +345,7 @@ class StreamEngine:
         with self.decoders.lease(key, lambda: self._open_on_own_thread(open_clip, name)) as decoder:
             return decoder.frames_at(
                 np.asarray(source_times_s, dtype=np.float64) - clip.time_offset_s,
-                tolerance_s=options.tolerance_s,
+                tolerance_s=self.tolerance_s,
             )
 
     def _open_on_own_thread(self, open_clip: Callable[[], Decoder], name: str) -> Decoder:

@@ -14,23 +14,27 @@ import torch.utils.data
 
 from episodestream._checks import shown
 from episodestream._closing import Closing
-from episodestream.datasets._arguments import check_bool, check_sample_arguments
-from episodestream.datasets._compat import (
-    LeRobotSurface,
-    dataset_options,
-    resolve_dataset_name,
-)
+from episodestream.datasets._compat import LeRobotSurface, dataset_config, one_of
 from episodestream.datasets._engine import StreamEngine, open_for_samples
-from episodestream.datasets._options import ImageDtype, StreamOptions
+from episodestream.datasets._groups import ImageDtype, Order, Resources, SampleOptions
+from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._samples import EpisodeRows, ImageTransform
+from episodestream.datasets._source import Source
 from episodestream.decode import BackendName
-from episodestream.errors import ConfigTypeError, SampleIndexError
+from episodestream.errors import ConfigError, ConfigTypeError, SampleIndexError
+from episodestream.sampling import WorkerSlot, split_budget
 from episodestream.storage import BaseRangeReader, Location
 
 __all__ = ["EpisodeStreamDataset"]
 
 
-_BYTE_BUDGET = "2GiB"
+def _worker_share(byte_budget: int) -> int:
+    """This process's share of a rank's byte budget: split evenly among the DataLoader
+    workers, as the pool splits it (the whole budget outside a worker)."""
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return byte_budget
+    return split_budget(byte_budget, WorkerSlot(worker=info.id, num_workers=info.num_workers))
 
 
 class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
@@ -48,10 +52,19 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
     video_backend=..., tolerance_s=..., return_uint8=...)``. Arguments that steer LeRobot's
     downloads (``force_cache_sync``, ``download_videos``, ...) are accepted and have no effect.
 
+    Configuration (README, "Options"): ``source=`` (a :class:`Source`, or the first
+    argument), ``resources=`` (:class:`Resources`) and ``samples=`` (:class:`SampleOptions`,
+    also spelt ``sample_options=``); ``order=`` is taken for symmetry with the pool and must be
+    the default :class:`Order` (the DataLoader's sampler orders a map-style dataset). Each flat
+    keyword below is a field of one of them, and
+    ``options=`` (:class:`StreamOptions`) is still taken. A keyword left at None takes its
+    group's default; a setting given twice with two values is a ``ConfigError``. The resolved
+    groups are ``ds.source``, ``ds.resources`` and ``ds.sample_options``.
+
     Args:
         repo_id: ``org/name`` (streams ``hf://datasets/org/name`` unless ``root`` is given), or
             directly a root: local path, ``http(s)://`` URL, ``hf://datasets/org/name[@rev]``,
-            ``hf://buckets/org/name``, ``s3://``, ...
+            ``hf://buckets/org/name``, ``s3://``, ...; or a :class:`Source`.
         root: where the dataset lives when ``repo_id`` only names it (LeRobot's ``root``).
         revision: Hub branch, tag or commit (pinned to a commit when opened).
         episodes: episode indices to expose, in this order (default: all).
@@ -62,17 +75,23 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         repo_type: "dataset" or "bucket" (``hf://buckets/``) for a bare ``repo_id``.
         image_dtype: "float32" (LeRobot's [0, 1]) or "uint8".
         decoder: "auto", "torchcodec" or "pyav"; device: "cpu" or "cuda".
-        byte_budget: bytes of clips kept per process (int or "2GiB").
+        byte_budget: bytes of clips kept per rank, split among its DataLoader workers (int or
+            "8GiB"; default ``DEFAULT_BYTE_BUDGET``).
         image_transforms: applied to each camera's frames (after dtype conversion).
         prefetch_next: prefetch the next selected episode when one is first touched.
-        options: remaining knobs as keyword arguments of :class:`StreamOptions`.
+        options: a :class:`StreamOptions`; its fields are also taken as keyword arguments.
     """
 
     def __init__(
         self,
-        repo_id: str | os.PathLike[str] | Location | None = None,
+        repo_id: str | os.PathLike[str] | Location | Source | None = None,
         root: str | os.PathLike[str] | Location | None = None,
         *,
+        source: Source | None = None,
+        resources: Resources | None = None,
+        samples: SampleOptions | None = None,
+        sample_options: SampleOptions | None = None,
+        order: Order | None = None,
         episodes: Sequence[int] | None = None,
         image_transforms: ImageTransform | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
@@ -80,51 +99,62 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         revision: str | None = None,
         video_backend: str | None = None,
         return_uint8: bool = False,
-        repo_type: str = "dataset",
+        repo_type: str | None = None,
         depth_output_unit: str | None = None,
-        image_dtype: ImageDtype = "float32",
-        decoder: BackendName = "auto",
-        device: str = "cpu",
-        byte_budget: int | str = _BYTE_BUDGET,
-        prefetch_next: bool = True,
+        image_dtype: ImageDtype | None = None,
+        decoder: BackendName | None = None,
+        device: str | None = None,
+        byte_budget: int | str | None = None,
+        prefetch_next: bool | None = None,
         options: StreamOptions | None = None,
         reader: BaseRangeReader | None = None,
         **stream_options: Any,
     ) -> None:
-        # every argument is checked before anything is opened (no request for a bad one)
-        selected, image_dtype = check_sample_arguments(
-            episodes=episodes,
-            delta_timestamps=delta_timestamps,
-            image_dtype=image_dtype,
-            return_uint8=return_uint8,
-            image_transforms=image_transforms,
-            depth_output_unit=depth_output_unit,
-        )
-        self.prefetch_next = check_bool("prefetch_next", prefetch_next)
-        self.name = resolve_dataset_name(repo_id, root, repo_type=repo_type, reader=reader)
-        self.options = dataset_options(
+        # every argument is checked, in its option group, before anything is opened (no
+        # request for a bad one); a keyword left at None takes the group's default
+        self.config = dataset_config(
             "EpisodeStreamDataset",
-            options,
-            stream_options,
-            revision=revision,
-            video_backend=video_backend,
-            decoder=decoder,
-            device=device,
-            byte_budget=byte_budget,
-            tolerance_s=tolerance_s,
-            default_byte_budget=_BYTE_BUDGET,
+            first=repo_id,
+            root=root,
+            source=source,
+            resources=resources,
+            samples=one_of("samples", samples, "sample_options", sample_options),
+            order=order,
+            options=options,
+            keywords={
+                "episodes": episodes,
+                "image_transforms": image_transforms,
+                "delta_timestamps": delta_timestamps,
+                "tolerance_s": tolerance_s,
+                "revision": revision,
+                "repo_type": repo_type,
+                "depth_output_unit": depth_output_unit,
+                "image_dtype": image_dtype,
+                "decoder": decoder,
+                "device": device,
+                "byte_budget": byte_budget,
+                "prefetch_next": prefetch_next,
+            },
+            extra=stream_options,
+            lerobot={"video_backend": video_backend, "return_uint8": return_uint8},
+            reader=reader,
         )
+        if self.order != Order():
+            raise ConfigError(
+                "EpisodeStreamDataset: order= applies to EpisodePoolDataset; a map-style "
+                "dataset is ordered by the DataLoader's sampler"
+            )
+        self.name, self.options = self.config.name, self.config.options
+        self.prefetch_next = self.resources.prefetch_next
         self.dataset, self.samples = open_for_samples(
             self.name.location,
-            selected,
-            self.options,
-            delta_timestamps=delta_timestamps,
-            image_dtype=image_dtype,
-            image_transforms=image_transforms,
+            self.source,
+            self.resources,
+            self.sample_options,
             resident_episodes=1,
             reader=reader,
         )
-        self._describe_for_lerobot(episodes, depth_output_unit)
+        self._describe_for_lerobot()
         self._starts = np.concatenate([[0], np.cumsum(self.dataset.episode_lengths)])
         self._engine: StreamEngine | None = None
         self._rows: EpisodeRows | None = None
@@ -177,7 +207,7 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         engine, rows = self._engine_for_process()
         resident = None
         if self.samples.video_keys:
-            resident = engine.cache.wait_ready(episode, timeout=self.options.wait_timeout_s)
+            resident = engine.cache.wait_ready(episode, timeout=self.resources.wait_timeout_s)
             if self.prefetch_next and row + 1 < len(self.dataset.episode_ids):
                 # random access has no better guess than the next episode; let it take the
                 # place of the least recently used one
@@ -190,7 +220,11 @@ class EpisodeStreamDataset(Closing, LeRobotSurface, torch.utils.data.Dataset):
         with self._lock:
             if self._engine is None or self._engine_pid != os.getpid():
                 self._engine = StreamEngine(
-                    self.dataset, self.options, byte_budget=self.options.byte_budget
+                    self.dataset,
+                    self.resources,
+                    tolerance_s=self.sample_options.tolerance_s,
+                    byte_budget=_worker_share(self.resources.byte_budget),
+                    max_open_decoders=self.resources.open_decoders(),
                 )
                 self._rows = EpisodeRows(self._engine.rows, self.samples.data_keys)
                 self._engine_pid = os.getpid()

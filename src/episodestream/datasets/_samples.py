@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
-from episodestream.datasets._options import ImageDtype
+from episodestream.datasets._groups import ImageDtype
 from episodestream.datasets._waits import result_within
 from episodestream.decode import to_float
 from episodestream.errors import DatasetFormatError, SamplingError, StorageTimeout
@@ -130,8 +130,6 @@ class SampleBuilder:
         image_dtype: ImageDtype,
         image_transforms: ImageTransform | None = None,
     ) -> None:
-        if image_dtype not in ("float32", "uint8"):
-            raise SamplingError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
         self.meta = meta
         self.image_dtype = image_dtype
         self.image_transforms = image_transforms

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from episodestream.datasets import EpisodePoolDataset, EpisodeStreamDataset
-from episodestream.datasets._compat import lerobot_meta, resolve_dataset_name
+from episodestream.datasets._compat import check_arguments, lerobot_meta, resolve_dataset_name
 from episodestream.errors import ConfigError
 from episodestream.lerobot import LeRobotMetadata, open_dataset_files
 
@@ -71,6 +71,17 @@ def load_metadata(
     reader, meta = open_dataset_files(location, reader_options=reader_options)
     reader.close()
     return lerobot_meta(meta, name, revision)
+
+
+def _reader_options(options: Mapping[str, Any]) -> Any:
+    """The reader options the dataset will use, for reading its metadata first: given flat,
+    in ``source=`` or in ``options=``."""
+    if options.get("reader_options") is not None:
+        return options["reader_options"]
+    for group in (options.get("source"), options.get("options")):
+        if group is not None:
+            return group.reader_options
+    return None
 
 
 def _lerobot_factory() -> Any:
@@ -129,13 +140,18 @@ def _build(
         raise ConfigError(
             "cfg.dataset.repo_id must be one dataset (multi-dataset is not supported)"
         )
+    # every option is checked (ConfigError) before the first request for the metadata
+    chosen = {} if episodes is None else {"episodes": episodes}
+    check_arguments(
+        EpisodePoolDataset if streaming else EpisodeStreamDataset, {**options, **chosen}
+    )
     image_transforms = _image_transforms(factory, dataset_cfg) if transforms else None
     if meta is None:
         meta = load_metadata(
             dataset_cfg.repo_id,
             dataset_cfg.root,
             dataset_cfg.revision,
-            reader_options=options.get("reader_options"),
+            reader_options=_reader_options(options),
         )
     trainable = getattr(cfg, "trainable_config", None) or cfg.policy
     delta_timestamps = factory.resolve_delta_timestamps(trainable, meta)
@@ -219,11 +235,12 @@ def make_train_eval_datasets(
         raise ConfigError(
             "cfg.dataset.repo_id must be one dataset (multi-dataset is not supported)"
         )
+    check_arguments(EpisodePoolDataset if cfg.dataset.streaming else EpisodeStreamDataset, options)
     meta = load_metadata(
         cfg.dataset.repo_id,
         cfg.dataset.root,
         cfg.dataset.revision,
-        reader_options=options.get("reader_options"),
+        reader_options=_reader_options(options),
     )
     typed = meta.dataset_meta.episodes
     chosen = cfg.dataset.episodes
@@ -266,6 +283,7 @@ _POOL_ONLY = frozenset(
         "unit",
         "window_frames",
         "decoded_budget",
+        "order",
     }
 )
 
