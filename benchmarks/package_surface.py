@@ -1,10 +1,11 @@
 """What a training install costs: import time and modules of ``episodestream``, and the wheels.
 
-    python benchmarks/package_surface.py                 # this checkout
-    python benchmarks/package_surface.py --repo OTHER    # another checkout (a baseline), same way
+    python benchmarks/package_surface.py                    # this checkout
+    python benchmarks/package_surface.py --baseline OTHER   # and another checkout, interleaved
 
 For each statement: ``python -X importtime -c STATEMENT`` run ``--runs`` times with the
-checkout's ``src`` (and ``tools/src`` where present) first on ``PYTHONPATH``; the median of the
+checkout's ``src`` (and ``tools/src`` where present, unless ``--no-tools``) first on
+``PYTHONPATH``, the checkouts' runs interleaved; the median of the
 time from the first ``episodestream`` import to the end (cumulative microseconds of those
 top-level imports), and how many ``episodestream`` / ``torch`` modules it loaded. Then each
 wheel the checkout builds (``pip wheel --no-deps --no-build-isolation --no-index``, offline):
@@ -32,42 +33,51 @@ STATEMENTS = (
 _LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
 
 
-def _pythonpath(repo: Path) -> str:
-    paths = [repo / "src", repo / "tools" / "src"]
+def _pythonpath(repo: Path, tools: bool) -> str:
+    paths = [repo / "src", *([repo / "tools" / "src"] if tools else [])]
     return os.pathsep.join(str(p) for p in paths if p.is_dir())
 
 
-def measure(repo: Path, statement: str, runs: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": _pythonpath(repo)}
-    totals, ours, torch = [], set(), set()
+def _once(repo: Path, statement: str, tools: bool) -> tuple[float, int, int]:
+    """(ms from the first episodestream import on, episodestream* modules, torch modules)."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", statement],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": _pythonpath(repo, tools)},
+        check=True,
+    )
+    total, started, modules = 0, False, []
+    for match in _LINE.finditer(out.stderr):
+        cumulative, indent, name = int(match[2]), match[3], match[4]
+        modules.append(name)
+        started = started or name.startswith("episodestream")
+        if started and not indent:
+            total += cumulative
+    ours = sum(m.startswith("episodestream") for m in modules)
+    return total / 1000, ours, sum(m.split(".")[0] == "torch" for m in modules)
+
+
+def measure(repos: list[Path], statement: str, runs: int, tools: bool) -> list[str]:
+    """One line per checkout: median ms, and the modules loaded (the most of any run)."""
+    figures: dict[Path, list[tuple[float, int, int]]] = {repo: [] for repo in repos}
     for _ in range(runs):
-        out = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", statement],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
+        for repo in repos:
+            figures[repo].append(_once(repo, statement, tools))
+    lines = []
+    for repo, rows in figures.items():
+        median = statistics.median(row[0] for row in rows)
+        lines.append(
+            f"  {repo}: {median:.1f} ms (median of {runs}), "
+            f"{max(row[1] for row in rows)} episodestream* modules, "
+            f"{max(row[2] for row in rows)} torch modules"
         )
-        total, started, modules = 0, False, []
-        for match in _LINE.finditer(out.stderr):
-            cumulative, indent, name = int(match[2]), match[3], match[4]
-            modules.append(name)
-            started = started or name.startswith("episodestream")
-            if started and not indent:
-                total += cumulative
-        totals.append(total / 1000)
-        ours.add(sum(m.startswith("episodestream") for m in modules))
-        torch.add(sum(m.split(".")[0] == "torch" for m in modules))
-    return {
-        "median_ms": statistics.median(totals),
-        "episodestream_modules": max(ours),
-        "torch_modules": max(torch),
-    }
+    return lines
 
 
 def wheel(project: Path, out: Path) -> tuple[str, int, int]:
-    copy = out / f"{project.name}-copy"
-    copy.mkdir()
+    copy = out / "source"
+    copy.mkdir(parents=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(project / name, copy)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
@@ -80,7 +90,7 @@ def wheel(project: Path, out: Path) -> tuple[str, int, int]:
         check=True,
         capture_output=True,
     )
-    built = max(out.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    (built,) = out.glob("*.whl")
     with zipfile.ZipFile(built) as archive:
         files = len(archive.namelist())
     return built.name, built.stat().st_size, files
@@ -89,21 +99,24 @@ def wheel(project: Path, out: Path) -> tuple[str, int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-tools", action="store_true", help="leave tools/src off the path")
+    parser.add_argument("--no-wheels", action="store_true", help="import times only")
     args = parser.parse_args()
-    print(f"checkout: {args.repo}")
+    repos = [args.repo, *([args.baseline] if args.baseline else [])]
     for statement in STATEMENTS:
-        figures = measure(args.repo, statement, args.runs)
-        print(
-            f"{statement!r}: {figures['median_ms']:.1f} ms (median of {args.runs}), "
-            f"{figures['episodestream_modules']} episodestream modules, "
-            f"{figures['torch_modules']} torch modules"
-        )
+        print(f"{statement!r}:")
+        print("\n".join(measure(repos, statement, args.runs, not args.no_tools)))
+    if args.no_wheels:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
-        for project in (args.repo, args.repo / "tools"):
-            if (project / "pyproject.toml").is_file():
-                name, size, files = wheel(project, Path(tmp))
-                print(f"{name}: {size / 1024:.1f} KiB, {files} files")
+        for repo in repos:
+            for project in (repo, repo / "tools"):
+                if (project / "pyproject.toml").is_file():
+                    out = Path(tmp) / str(len(list(Path(tmp).iterdir())))
+                    name, size, files = wheel(project, out)
+                    print(f"{project}: {name}: {size / 1024:.1f} KiB, {files} files")
     return 0
 
 

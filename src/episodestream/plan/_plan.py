@@ -107,7 +107,7 @@ class DataFile:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DatasetLayout:
-    """What the plan needs of a dataset (see :func:`episodestream.bench.read_plan_layout`).
+    """What the plan needs of a dataset (see :func:`episodestream.plan.read_plan_layout`).
 
     Attributes:
         episode_ids: selected episodes (int64, ascending or not).
