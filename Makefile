@@ -24,7 +24,7 @@ setup-lerobot: $(LEROBOT_STAMP)
 
 setup-lerobot06: $(LEROBOT06_STAMP)
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml tools/pyproject.toml
 	@missing=""; \
 	command -v ffmpeg >/dev/null 2>&1 || missing="$$missing ffmpeg"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
@@ -42,21 +42,22 @@ $(VENV_STAMP): pyproject.toml
 	# torch first and pinned: the CPU build lies on local disk; an open range would fetch CUDA.
 	# The package declares ranges; constraints/dev.txt pins the pair developed against.
 	$(PY) -m pip install $(PIP) -c constraints/dev.txt torch
-	$(PY) -m pip install $(PIP) -c constraints/dev.txt -e '.[dev]'
+	# the library and its tools (bench, demo, serve, make-dataset: tools/), both editable
+	$(PY) -m pip install $(PIP) -c constraints/dev.txt -e '.[dev]' -e tools
 	@touch $(VENV_STAMP)
 
-$(LEROBOT_STAMP): pyproject.toml constraints/lerobot-0.4.txt constraints/lerobot-0.4-requirements.txt
+$(LEROBOT_STAMP): pyproject.toml tools/pyproject.toml constraints/lerobot-0.4.txt constraints/lerobot-0.4-requirements.txt
 	@[ -x $(LEROBOT_PY) ] || python3 -m venv $(LEROBOT_VENV)
 	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt torch torchvision torchcodec
 	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt --no-deps lerobot
 	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt \
 	    -r constraints/lerobot-0.4-requirements.txt
 	# episodestream with its test tools; the constraints keep LeRobot's torch in place
-	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt -e '.[dev]'
-	$(LEROBOT_PY) -c "import lerobot.scripts.lerobot_train, episodestream, torchcodec"
+	$(LEROBOT_PY) -m pip install $(PIP) -c constraints/lerobot-0.4.txt -e '.[dev]' -e tools
+	$(LEROBOT_PY) -c "import lerobot.scripts.lerobot_train, episodestream, episodestream_tools, torchcodec"
 	@touch $(LEROBOT_STAMP)
 
-$(LEROBOT06_STAMP): pyproject.toml constraints/lerobot-0.6.txt constraints/lerobot-0.6-requirements.txt
+$(LEROBOT06_STAMP): pyproject.toml tools/pyproject.toml constraints/lerobot-0.6.txt constraints/lerobot-0.6-requirements.txt
 	@[ -x $(LEROBOT06_PY) ] || { [ -x $(PYTHON312) ] || \
 	  { echo "setup-lerobot06: needs Python 3.12: PYTHON312=/path/to/python3.12" >&2; exit 1; }; \
 	  $(PYTHON312) -m venv $(LEROBOT06_VENV); }
@@ -66,8 +67,8 @@ $(LEROBOT06_STAMP): pyproject.toml constraints/lerobot-0.6.txt constraints/lerob
 	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt \
 	    -r constraints/lerobot-0.6-requirements.txt
 	# under LeRobot 0.6's constraints: fails if episodestream's declared ranges exclude them
-	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt -e '.[dev]'
-	$(LEROBOT06_PY) -c "import lerobot.scripts.lerobot_train, episodestream, torchcodec"
+	$(LEROBOT06_PY) -m pip install $(PIP) -c constraints/lerobot-0.6.txt -e '.[dev]' -e tools
+	$(LEROBOT06_PY) -c "import lerobot.scripts.lerobot_train, episodestream, episodestream_tools, torchcodec"
 	@touch $(LEROBOT06_STAMP)
 
 demo: setup
@@ -99,8 +100,8 @@ bench: setup
 	.venv/bin/episodestream demo --full
 
 lint: setup
-	.venv/bin/ruff check src tests examples benchmarks
-	.venv/bin/ruff format --check src tests examples benchmarks
+	.venv/bin/ruff check src tools tests examples benchmarks
+	.venv/bin/ruff format --check src tools tests examples benchmarks
 
 clean:
 	rm -rf .venv $(LEROBOT_VENV) $(LEROBOT06_VENV) .pytest_cache .ruff_cache .hypothesis

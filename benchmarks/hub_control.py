@@ -35,8 +35,8 @@ import huggingface_hub as hf
 from tests.plugins.storage import HubStandIn
 
 from benchmarks._common import add_json_option, put_out
-from episodestream.serving import WanEmulator, WanSettings
 from episodestream.storage import HubRangeReader
+from episodestream_tools.serving import WanEmulator, WanSettings
 
 REPO = "bench/lerobot_sim5"
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "lerobot_sim5"

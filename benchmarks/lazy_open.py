@@ -37,7 +37,7 @@ SMALL_FILES = 10
 
 
 def _spec(episodes: int) -> Any:
-    from episodestream.synthetic import SyntheticSpec
+    from episodestream_tools.synthetic import SyntheticSpec
 
     return SyntheticSpec(
         cameras=("observation.images.cam_high",),
@@ -55,7 +55,7 @@ def _spec(episodes: int) -> Any:
 
 def _serve(root: str, rtt_ms: float, conn: Any) -> None:
     """Child process: nginx + WAN emulator; send (url, access log path); wait for "stop"."""
-    from episodestream.serving import serve_dataset
+    from episodestream_tools.serving import serve_dataset
 
     with serve_dataset(root, rtt_ms=rtt_ms, workers=2) as served:
         conn.send((served.url, str(served.nginx.access_log_path)))
@@ -73,7 +73,7 @@ class _Served(ServerProcess):
 
     def records(self, since: int) -> list[Any]:
         """The log after ``since`` once it stops growing (nginx writes after replying)."""
-        from episodestream.serving import read_access_log
+        from episodestream_tools.serving import read_access_log
 
         records = read_access_log(self.log, since)[0]
         for _ in range(25):
@@ -163,7 +163,7 @@ def _expected_files(root: Path) -> list[str]:
 
 
 def run_lazy_open_bench(*, rounds: int, rtt_ms: float, workdir: Path) -> dict[str, Any]:
-    from episodestream.synthetic import ensure_synthetic_dataset
+    from episodestream_tools.synthetic import ensure_synthetic_dataset
 
     served_root = workdir / "served"
     served_root.mkdir(parents=True, exist_ok=True)

@@ -225,7 +225,7 @@ def bench_sidecar(workdir: Path, *, episodes: int, runs: int) -> dict[str, Any]:
 
 def _serve(root: str, rtt_ms: float, conn: Any) -> None:
     """Child process: nginx + WAN emulator; send (url, access log path); wait for "stop"."""
-    from episodestream.serving import serve_dataset
+    from episodestream_tools.serving import serve_dataset
 
     with serve_dataset(root, rtt_ms=rtt_ms, workers=2) as served:
         conn.send((served.url, str(served.nginx.access_log_path)))
@@ -242,7 +242,7 @@ class _Served(ServerProcess):
         return self.log.stat().st_size if self.log.exists() else 0
 
     def records(self, since: int) -> list[Any]:
-        from episodestream.serving import read_access_log
+        from episodestream_tools.serving import read_access_log
 
         time.sleep(0.2)  # nginx writes the log line after the response
         return read_access_log(self.log, since)[0]
@@ -294,7 +294,7 @@ def _replicated_dataset(base: Path, target: Path, files_per_camera: int) -> Path
 
 
 def _base_dataset(workdir: Path) -> Path:
-    from episodestream.synthetic import SyntheticSpec, ensure_synthetic_dataset
+    from episodestream_tools.synthetic import SyntheticSpec, ensure_synthetic_dataset
 
     spec = SyntheticSpec(
         width=64, height=48, episodes=4, min_length=60, max_length=90, episodes_per_file=4

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.plan_vs_access_log [--num-episodes 36] [--rtt-ms 0]
 
-The demo dataset (``episodestream.synthetic.DEMO_SPEC``: AV1, 320x240, 36 episodes of 60-150
+The demo dataset (``episodestream_tools.synthetic.DEMO_SPEC``: AV1, 320x240, 36 episodes of 60-150
 frames) is served by the repo's nginx (through the WAN emulator when ``--rtt-ms`` is set).
 For each layout — one process, one rank of two, two DataLoader workers, and ranges split into
 parts as a per-connection cap wants — ``plan_cluster`` predicts the epoch's requests and bytes
@@ -20,11 +20,11 @@ import tempfile
 import torch.utils.data
 
 from episodestream import EpisodePoolDataset
-from episodestream.bench import ClusterSpec, PoolSpec, format_plan, plan_cluster, read_plan_layout
+from episodestream.plan import ClusterSpec, PoolSpec, format_plan, plan_cluster, read_plan_layout
 from episodestream.sampling import PoolParams
-from episodestream.serving import NginxServer, WanEmulator, WanSettings, summarize_access
 from episodestream.storage import DEFAULT_LIMITS, Limits
-from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings, summarize_access
+from episodestream_tools.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
 POOL = 4
 PREFETCH = 2

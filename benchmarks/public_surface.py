@@ -6,7 +6,8 @@ wherever Python finds it first; the report names the folder).
 
 A layer's name counts as used elsewhere when any source file outside the layer's folder
 mentions it, the top-level package's re-exports included (those are the library's front
-door). What is left is a layer's surface that only its own files, the tests, the benchmarks
+door), and the tools package's files (``tools/src``, a checkout's second distribution).
+What is left is a layer's surface that only its own files, the tests, the benchmarks
 or users touch: candidates to make private, or types that appear in public signatures.
 """
 
@@ -27,6 +28,8 @@ def surface() -> dict[str, Any]:
 
     src = Path(episodestream.__file__).parent
     texts = {path: path.read_text(encoding="utf-8") for path in src.rglob("*.py")}
+    tools = src.parents[1] / "tools" / "src"  # the checkout's episodestream-tools, when there
+    texts.update({path: path.read_text(encoding="utf-8") for path in tools.rglob("*.py")})
     layers: dict[str, Any] = {}
     for info in sorted(pkgutil.iter_modules([str(src)]), key=lambda module: module.name):
         if not info.ispkg:

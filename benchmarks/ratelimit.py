@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from episodestream.serving import NginxServer
 from episodestream.storage import HttpRangeReader
 from episodestream.storage.http._hostgate import HOST_GATES, HostGates
+from episodestream_tools.serving import NginxServer
 
 __all__ = ["main"]
 

@@ -52,7 +52,7 @@ import psutil
 
 from episodestream.datasets import EpisodePoolDataset, parse_bytes
 from episodestream.decode import heap_trimmer
-from episodestream.synthetic import DEMO_SPEC, ensure_synthetic_dataset
+from episodestream_tools.synthetic import DEMO_SPEC, ensure_synthetic_dataset
 
 __all__ = ["RssPass", "ThreadMode", "demo_pool", "measure_rss_passes"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from episodestream.serving import NginxServer, WanEmulator, WanSettings
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
 
 MIB = 1024 * 1024
 

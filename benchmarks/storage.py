@@ -188,7 +188,7 @@ class _LoopThread:
 
 def _serve(root: str, settings: list[tuple[float, float | None]], conn: Any) -> None:
     """Child process: nginx + one WAN emulator per setting; send URLs, wait for "stop"."""
-    from episodestream.serving import NginxServer, WanEmulator, WanSettings
+    from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
 
     with NginxServer(root) as nginx:
         emulators = [

@@ -37,7 +37,7 @@ from typing import Any
 from tests.support.timed_range import timed_range_get
 
 from benchmarks._common import add_json_option, put_out
-from episodestream.serving import NginxServer, WanEmulator, WanSettings
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
 
 __all__ = ["main", "run_wan_bench"]
 

@@ -39,7 +39,7 @@ from episodestream.sampling import (
     WindowSchedule,
     window_slots,
 )
-from episodestream.synthetic import SyntheticSpec, ensure_synthetic_dataset
+from episodestream_tools.synthetic import SyntheticSpec, ensure_synthetic_dataset
 
 BATCH = 32
 CAMERAS = ("observation.images.cam_high", "observation.images.cam_left_wrist")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from episodestream.bench import BenchConfig, BenchReport, format_report, run_bench, write_plot
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import build_manifest
-from episodestream.serving import NginxServer, read_access_log
 from episodestream.storage import LocalRangeReader
+from episodestream_tools.bench import BenchConfig, BenchReport, format_report, run_bench, write_plot
+from episodestream_tools.serving import NginxServer, read_access_log
 
 SAMPLES = 1000  # more than the dataset holds: the whole epoch
 KEEPUP_SAMPLES = 40
@@ -239,7 +239,7 @@ def test_plot_is_a_png(bench_run: tuple[BenchReport, int], tmp_path: Path) -> No
 
 
 def test_http_figures_count_quota_429s_and_waits() -> None:
-    from episodestream.bench._tracks import http_figures
+    from episodestream_tools.bench._tracks import http_figures
 
     figures = http_figures(
         {"requests": 40, "rate_limited": 3, "quota_wait_seconds": 31.5, "status_429": 3}

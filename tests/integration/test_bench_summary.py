@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.bench import BenchConfig, detect_shard, summarize_ranks
 from episodestream.cli import main
 from episodestream.errors import EpisodeStreamError
+from episodestream_tools.bench import BenchConfig, detect_shard, summarize_ranks
 
 MIB = 2**20
 

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from episodestream.bench import BenchReport, format_report
-from episodestream.bench._bench import _cpu_ratios, _median
-from episodestream.bench._measure import Progress, process_figures, rotated_rounds
-from episodestream.bench._scaling import default_worker_counts, scaling_rows
-from episodestream.bench._tracks import _device_vs_cpu, failure_figures, http_figures
 from episodestream.cli import main
 from episodestream.errors import ConfigError, DecodeError
 from episodestream.lerobot import load_dataset_meta
 from episodestream.storage import HttpRangeReader, LocalRangeReader, RetryPolicy
+from episodestream_tools.bench import BenchReport, format_report
+from episodestream_tools.bench._bench import _cpu_ratios, _median
+from episodestream_tools.bench._measure import Progress, process_figures, rotated_rounds
+from episodestream_tools.bench._scaling import default_worker_counts, scaling_rows
+from episodestream_tools.bench._tracks import _device_vs_cpu, failure_figures, http_figures
 from tests.plugins.storage import Fault, FaultServer
 
 pytestmark = pytest.mark.timeout(300)
@@ -395,7 +395,7 @@ def test_failure_figures_from_a_real_readers_log(fault_server: FaultServer, tmp_
 
 
 def test_progress_reports_bytes_done(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="episodestream.bench._measure")
+    caplog.set_level(logging.INFO, logger="episodestream_tools.bench._measure")
     with Progress(4, "fetch", unit="episodes") as bar:
         for _ in range(4):
             bar.update(1, 256 * 2**20)
@@ -406,7 +406,7 @@ def test_progress_reports_bytes_done(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_num_workers_alone_means_up_to_the_cores(tmp_path: Path) -> None:
     from episodestream.cli import build_parser
-    from episodestream.cli._bench import config_from_args
+    from episodestream_tools.commands._bench import config_from_args
 
     parser = build_parser()
     bare = parser.parse_args(["bench", str(tmp_path), "--num-workers"])
@@ -425,7 +425,7 @@ def test_a_device_is_checked_before_anything_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from episodestream.cli import build_parser
-    from episodestream.cli._bench import config_from_args
+    from episodestream_tools.commands._bench import config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["bench", str(tmp_path), "--device", "cpu"])
@@ -451,7 +451,7 @@ def test_a_device_is_checked_before_anything_runs(
 def test_a_gpu_device_is_kept_as_written_or_made_each_ranks_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from episodestream.bench import BenchConfig
+    from episodestream_tools.bench import BenchConfig
 
     # as on a machine with two GPUs (nothing here touches one: only the names are checked)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -508,9 +508,9 @@ def test_decode_table_compares_a_devices_frames_with_fresh_cpu_decoders(
     """The device path of the decode table, run here with the CPU standing in for the GPU:
     every picked sample's frames are decoded again on both "devices" from the resident clips
     (at the clips' own times), so the comparison finds them equal, frame for frame."""
-    from episodestream.bench import BenchConfig, _tracks
-    from episodestream.bench._sequence import open_bench_dataset
     from episodestream.decode import open_decoder
+    from episodestream_tools.bench import BenchConfig, _tracks
+    from episodestream_tools.bench._sequence import open_bench_dataset
 
     devices: list[str] = []
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from episodestream.bench._windows_report import (
+from episodestream.cli import main
+from episodestream.errors import ConfigError
+from episodestream_tools.bench._windows_report import (
     RSS_ALLOWANCE_BYTES,
     WindowBenchConfig,
     format_window_report,
@@ -19,8 +21,6 @@ from episodestream.bench._windows_report import (
     run_window_bench,
     write_window_plot,
 )
-from episodestream.cli import main
-from episodestream.errors import ConfigError
 
 TOTAL_FRAMES = 244  # lerobot_sim5: 5 episodes, 3 cameras 96x128
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

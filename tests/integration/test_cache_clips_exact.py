@@ -13,7 +13,7 @@ from episodestream.decode import open_decoder
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import open_manifest
 from episodestream.storage import LocalRangeReader, open_reader
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 
 VARIANTS = ["synthetic_av1", "synthetic_h264", "synthetic_hevc", "synthetic_moov_end"]
 

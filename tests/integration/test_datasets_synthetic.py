@@ -19,7 +19,7 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from episodestream import EpisodeStreamDataset
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 
 FPS = 30
 # frame offsets chosen to pad at both edges of 8..20-frame episodes

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from episodestream import EpisodeStreamDataset
-from episodestream.bench import BenchConfig, format_report, run_bench
 from episodestream.decode import TorchcodecDecoder, open_decoder, to_float
 from episodestream.decode._torchcodec import _warn_cpu_fallback_once
+from episodestream_tools.bench import BenchConfig, format_report, run_bench
 
 pytestmark = [pytest.mark.needs_cuda, pytest.mark.timeout(600)]
 

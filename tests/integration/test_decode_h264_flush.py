@@ -13,7 +13,7 @@ from episodestream.decode._torchcodec import _fallback_run_starts
 from episodestream.lerobot import load_dataset_meta
 from episodestream.manifest import open_manifest
 from episodestream.storage import LocalRangeReader
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 
 
 def test_each_frame_alone_from_a_fresh_decoder(synthetic_h264, tmp_path, caplog):

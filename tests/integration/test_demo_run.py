@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.bench._demo import QUICK_DEMO_SPEC, DemoConfig
 from episodestream.cli import main
-from episodestream.synthetic import DEMO_SPEC
+from episodestream_tools.bench._demo import QUICK_DEMO_SPEC, DemoConfig
+from episodestream_tools.synthetic import DEMO_SPEC
 
 
 def test_quick_demo_runs_end_to_end(

@@ -53,8 +53,6 @@ from episodestream import (
 )
 from episodestream.cli import EXIT_ERROR, EXIT_INTERNAL, main
 from episodestream.datasets import images_to_float
-from episodestream.serving import NginxServer
-from episodestream.serving._nginx import nginx_string
 from episodestream.storage import (
     BaseRangeReader,
     Limits,
@@ -62,6 +60,8 @@ from episodestream.storage import (
     ReaderStats,
     RetryPolicy,
 )
+from episodestream_tools.serving import NginxServer
+from episodestream_tools.serving._nginx import nginx_string
 from tests.integration.test_reliability_hostile import (
     CASE_TIME_BOUND_S,
     RSS_BOUND_BYTES,

@@ -31,7 +31,7 @@ from episodestream import (
 from episodestream.lerobot import load_dataset_meta
 from episodestream.lerobot._paths import V2_FIELDS, check_template, resolve_template
 from episodestream.storage import LocalRangeReader, open_reader
-from episodestream.synthetic import SyntheticSpec, read_frame_identity
+from episodestream_tools.synthetic import SyntheticSpec, read_frame_identity
 from tests.plugins.storage import HubStandIn, S3Stand
 from tests.support.lerobot_v2 import (
     CAMERAS,

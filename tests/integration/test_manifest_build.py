@@ -20,7 +20,7 @@ from episodestream.lerobot import DatasetMeta, load_dataset_meta
 from episodestream.manifest import EpisodeManifest, build_manifest
 from episodestream.mp4 import write_clip
 from episodestream.storage import LocalRangeReader, open_reader
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 
 TOLERANCE_S = 1e-4
 CAM = "observation.images.cam_high"

@@ -31,9 +31,9 @@ from episodestream.manifest import (
     write_sidecar,
 )
 from episodestream.manifest._entries import FileEntryStore, IndexedFile, file_entry_bytes
-from episodestream.serving import NginxServer
 from episodestream.storage import LocalRangeReader, open_reader
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.serving import NginxServer
+from episodestream_tools.synthetic import SyntheticSpec
 
 # one video file per episode and camera, one data file per episode: 24 + 12 small files
 LAZY_SPEC = SyntheticSpec(

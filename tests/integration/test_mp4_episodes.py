@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodestream.mp4 import locate_moov, parse_moov, plan_span, write_clip
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 from tests.plugins.media import DECODERS, assert_clip_matches_source
 
 

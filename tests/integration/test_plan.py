@@ -18,7 +18,10 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodePoolDataset
-from episodestream.bench import (
+from episodestream.cli import main
+from episodestream.errors import ConfigError, ConfigTypeError
+from episodestream.lerobot import EpisodeRowReader, load_dataset_meta
+from episodestream.plan import (
     HUB_RESOLVER_LIMITS,
     ClusterSpec,
     ColumnChunk,
@@ -26,19 +29,16 @@ from episodestream.bench import (
     DatasetLayout,
     HubLimits,
     PoolSpec,
+    coalesce_ranges,
     format_plan,
     plan_cluster,
     pool_size_for_unique,
     read_plan_layout,
     unique_episodes_per_batch,
 )
-from episodestream.bench._plan import coalesce_ranges
-from episodestream.cli import main
-from episodestream.errors import ConfigError, ConfigTypeError
-from episodestream.lerobot import EpisodeRowReader, load_dataset_meta
 from episodestream.sampling import PoolParams, PoolSchedule, WorkerSlot, plan_shards
-from episodestream.serving import AccessLogRecord, NginxServer, summarize_access
 from episodestream.storage import DEFAULT_LIMITS, Limits, open_reader
+from episodestream_tools.serving import AccessLogRecord, NginxServer, summarize_access
 
 POOL = 3
 PREFETCH = 2

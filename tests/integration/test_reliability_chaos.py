@@ -39,9 +39,9 @@ from episodestream import (
     StaleSourceError,
     StorageError,
 )
-from episodestream.serving import NginxServer, WanEmulator, WanSettings
 from episodestream.storage import RetryPolicy, Timeouts
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
+from episodestream_tools.synthetic import read_frame_identity
 from tests.plugins.datasets import samples_by_index
 from tests.support.faults import Fault, FaultProxy, RandomFaults
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from episodestream import InvalidResponse, StorageError
-from episodestream.serving import NginxServer, WanEmulator, WanSettings
 from episodestream.storage import HttpRangeReader, RetryPolicy, Timeouts
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
 from tests.support.faults import (
     FAULT_KINDS,
     Fault,

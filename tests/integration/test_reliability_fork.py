@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.serving import NginxServer
 from episodestream.storage import FsspecRangeReader, HttpRangeReader, ReadRequest
+from episodestream_tools.serving import NginxServer
 
 CHILDREN = 3
 READS_PER_CHILD = 150

@@ -36,7 +36,7 @@ from episodestream import (
     ManifestError,
 )
 from episodestream.mp4 import walk_boxes
-from episodestream.synthetic import read_frame_identity
+from episodestream_tools.synthetic import read_frame_identity
 
 CASE_TIME_BOUND_S = 60.0
 RSS_BOUND_BYTES = 400 * 2**20

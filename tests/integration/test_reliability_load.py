@@ -24,7 +24,7 @@ CHILD = textwrap.dedent(
     r"""
     import gc, json, os, sys, threading, time
     from episodestream import EpisodePoolDataset
-    from episodestream.synthetic import read_frame_identity
+    from episodestream_tools.synthetic import read_frame_identity
     import av  # imported up front: open_s then measures the dataset, not imports
 
     def census():

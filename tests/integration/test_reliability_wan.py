@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from episodestream.serving import WanEmulator, WanSettings
+from episodestream_tools.serving import WanEmulator, WanSettings
 
 
 def test_upstream_eof_towards_a_reset_client_closes_the_link(

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from episodestream.errors import ServingError
-from episodestream.serving import (
+from episodestream_tools.serving import (
     ACCESS_LOG_FIELDS,
     NginxServer,
     parse_access_log_line,

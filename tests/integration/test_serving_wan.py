@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from episodestream.errors import ServingError
-from episodestream.serving import NginxServer, WanEmulator, WanSettings, serve_dataset
-from episodestream.serving._loop import LoopThread
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings, serve_dataset
+from episodestream_tools.serving._loop import LoopThread
 from tests.plugins.serving import run_clients
 from tests.support.timed_range import timed_range_get
 

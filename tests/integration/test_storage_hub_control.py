@@ -29,9 +29,9 @@ from episodestream import (
     StorageError,
     StorageTimeout,
 )
-from episodestream.serving import WanEmulator
 from episodestream.storage import HubRangeReader, RetryPolicy, Timeouts, hub_token
 from episodestream.storage.hub._api import call_hub, translate_hub_error
+from episodestream_tools.serving import WanEmulator
 from tests.plugins.proxy import ConnectProxy
 from tests.plugins.storage import HubStandIn
 from tests.support.hf_env import reread_hf_environment

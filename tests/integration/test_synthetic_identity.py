@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 from torchcodec.decoders import VideoDecoder
 
 from episodestream.errors import DatasetFormatError, EpisodeStreamError
-from episodestream.synthetic import (
+from episodestream_tools.synthetic import (
     MAX_CAMERAS,
     MAX_EPISODES,
     MAX_FRAMES_PER_EPISODE,
     read_frame_camera,
     read_frame_identity,
 )
-from episodestream.synthetic._identity import identity_cells, identity_layout
+from episodestream_tools.synthetic._identity import identity_cells, identity_layout
 
 SIZES = [(64, 48), (128, 96), (320, 240), (640, 360)]
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from episodestream.synthetic import DEFAULT_CAMERAS, SyntheticSpec
+from episodestream_tools.synthetic import DEFAULT_CAMERAS, SyntheticSpec
 from tests.plugins.synthetic import SYNTHETIC_AV1_SPEC, SYNTHETIC_CHUNKED_SPEC
 
 STATS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")

@@ -21,14 +21,14 @@ import pytest
 from torchcodec.decoders import VideoDecoder
 
 from episodestream.errors import DatasetFormatError
-from episodestream.synthetic import (
+from episodestream_tools.synthetic import (
     DEMO_SPEC,
     SyntheticSpec,
     read_frame_camera,
     read_frame_identity,
 )
-from episodestream.synthetic import _synthetic_video as synthetic_video
-from episodestream.synthetic._synthetic_video import encode_camera_file
+from episodestream_tools.synthetic import _synthetic_video as synthetic_video
+from episodestream_tools.synthetic._synthetic_video import encode_camera_file
 from tests.plugins.synthetic import (
     SYNTHETIC_AV1_SPEC,
     SYNTHETIC_H264_SPEC,
@@ -265,7 +265,7 @@ def test_a_refused_packet_rewrites_the_file_once(
         with pytest.raises(DatasetFormatError, match=r"file-000\.mp4 with libsvtav1: .*refused"):
             encode_camera_file(path, **arguments)
         return
-    with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
+    with caplog.at_level(logging.WARNING, logger="episodestream_tools.synthetic"):
         histograms = encode_camera_file(path, **arguments)
     assert left == [0] and sorted(histograms) == [0, 1]
     _assert_written_again_whole(path, caplog, "refused after pts")
@@ -311,7 +311,7 @@ def test_an_encoder_that_stops_making_progress_is_given_up_and_the_file_written_
                 encode_camera_file(path, **arguments)
             assert len(tries) == 2
             return
-        with caplog.at_level(logging.WARNING, logger="episodestream.synthetic"):
+        with caplog.at_level(logging.WARNING, logger="episodestream_tools.synthetic"):
             histograms = encode_camera_file(path, **arguments)
         assert len(tries) == 2 and sorted(histograms) == [0, 1]
         _assert_written_again_whole(path, caplog, "no frame encoded")

@@ -13,7 +13,7 @@ from torchcodec.decoders import VideoDecoder
 
 from episodestream.cli import main
 from episodestream.errors import DatasetFormatError
-from episodestream.synthetic import (
+from episodestream_tools.synthetic import (
     PRESETS,
     WRITER_FORMAT_VERSION,
     SyntheticSpec,

@@ -17,7 +17,7 @@ from torchcodec.decoders import VideoDecoder
 
 from episodestream.cli import main
 from episodestream.errors import DatasetFormatError, LocationError
-from episodestream.synthetic import (
+from episodestream_tools.synthetic import (
     DEFAULT_CAMERAS,
     DEMO_SPEC,
     SyntheticSpec,

@@ -11,7 +11,7 @@ import lerobot
 import pytest
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-from episodestream.bench import BenchConfig, format_report, run_bench
+from episodestream_tools.bench import BenchConfig, format_report, run_bench
 
 SAMPLES = 40
 

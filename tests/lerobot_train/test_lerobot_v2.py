@@ -29,7 +29,7 @@ except ModuleNotFoundError:
 
 from episodestream import EpisodePoolDataset, EpisodeStreamDataset
 from episodestream.integrations.lerobot import make_dataset
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.synthetic import SyntheticSpec
 from tests.lerobot_train.test_lerobot_train import (
     BATCH_SIZE,
     LEROBOT_06,

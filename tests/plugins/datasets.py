@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from episodestream import EpisodeStreamDataset
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.synthetic import SyntheticSpec
 
 # 48 episodes of 3-6 frames, 12 per video file: first pool draws of a 32-episode pool
 SYNTHETIC_MANY_SPEC = SyntheticSpec(

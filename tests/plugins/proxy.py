@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.serving import NginxServer
-from episodestream.serving._loop import LoopThread
+from episodestream_tools.serving import NginxServer
+from episodestream_tools.serving._loop import LoopThread
 
 __all__ = ["ConnectProxy", "ProxyRecord", "TlsFront", "make_localhost_cert"]
 

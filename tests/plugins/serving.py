@@ -1,6 +1,6 @@
 """pytest fixtures: serving — one nginx per test session, WAN emulators in front of it.
 
-* ``http_server``: the session's :class:`~episodestream.serving.NginxServer` (private root).
+* ``http_server``: the session's :class:`~episodestream_tools.serving.NginxServer` (private root).
   ``http_server.publish(path, name)`` serves a file or folder at ``/<name>`` and returns its
   URL; ``http_server.access_records(since=http_server.log_mark())`` reads the access log.
 * ``http_publish(path, name=None) -> url``: publish under a name derived from the absolute
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.serving import NginxServer, WanEmulator, WanSettings
+from episodestream_tools.serving import NginxServer, WanEmulator, WanSettings
 
 HttpPublish = Callable[..., str]
 WanEmulatorFactory = Callable[..., WanEmulator]

@@ -18,8 +18,8 @@ from pathlib import Path
 import av
 import pytest
 
-import episodestream.synthetic
-from episodestream.synthetic import SyntheticSpec, ensure_synthetic_dataset
+import episodestream_tools.synthetic
+from episodestream_tools.synthetic import SyntheticSpec, ensure_synthetic_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ SYNTHETIC_CHUNKED_SPEC = SyntheticSpec(
 
 def _writer_fingerprint() -> str:
     digest = hashlib.sha256(av.__version__.encode())
-    package = Path(episodestream.synthetic.__file__).parent
+    package = Path(episodestream_tools.synthetic.__file__).parent
     for source in sorted(package.glob("_*.py")):
         digest.update(source.name.encode())
         digest.update(source.read_bytes())

@@ -29,7 +29,7 @@ kind                      what the client sees
 replaced mid-run is not a proxy fault: replace it on disk under nginx (its ETag is the file's
 mtime and size), which is what a real origin does.
 
-Why a separate proxy and not hooks inside :class:`~episodestream.serving.WanEmulator`: the
+Why a separate proxy and not hooks inside :class:`~episodestream_tools.serving.WanEmulator`: the
 emulator moves opaque bytes with exact pacing; faults need the HTTP framing (where the head ends,
 how long the body is), so they live in an HTTP-aware layer. Chain the two for faults over a slow
 link: ``WanEmulator(fault_proxy.address, settings)`` in front of ``FaultProxy(nginx.address)``.
@@ -56,8 +56,8 @@ from typing import Literal, Protocol
 
 from episodestream._checks import check_choice, check_int, check_number
 from episodestream.errors import ConfigError
-from episodestream.serving._loop import LoopProxy
-from episodestream.serving._net import LOOPBACK_HOST
+from episodestream_tools.serving._loop import LoopProxy
+from episodestream_tools.serving._net import LOOPBACK_HOST
 
 __all__ = [
     "FAULT_KINDS",

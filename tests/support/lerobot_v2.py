@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.synthetic import SyntheticSpec
 
 __all__ = [
     "CAMERAS",

@@ -31,11 +31,9 @@ from episodestream import (
     StreamOptions,
     open_reader,
 )
-from episodestream.bench import BenchConfig, DemoConfig, detect_shard
 from episodestream.datasets import parse_bytes
 from episodestream.decode import DecodeExecutor, DecoderPool, nearest_frame_indices, open_decoder
 from episodestream.sampling import PoolParams, WorkerSlot
-from episodestream.serving import NginxServer, WanSettings
 from episodestream.storage import (
     HttpRangeReader,
     Limits,
@@ -45,7 +43,9 @@ from episodestream.storage import (
     RetryPolicy,
     Timeouts,
 )
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.bench import BenchConfig, DemoConfig, detect_shard
+from episodestream_tools.serving import NginxServer, WanSettings
+from episodestream_tools.synthetic import SyntheticSpec
 from tests.support.faults import Fault, RandomFaults
 
 # Each configuration dataclass with the fewest arguments that build it.

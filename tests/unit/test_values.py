@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from episodestream._frozen import FrozenDict
-from episodestream.bench import DemoConfig
 from episodestream.cache import EpisodeClip, ResidentEpisode
 from episodestream.errors import ConfigError, ConfigTypeError
 from episodestream.mp4 import parse_moov
-from episodestream.serving import AccessLogRecord, summarize_access
 from episodestream.storage import ReaderStats
+from episodestream_tools.bench import DemoConfig
+from episodestream_tools.serving import AccessLogRecord, summarize_access
 from tests.support.synthetic_moov import synthetic_moov
 
 

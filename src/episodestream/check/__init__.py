@@ -4,7 +4,7 @@ Sits above the manifest and lerobot layers (and uses the pure sampling layer's
 ``delta_timestamps`` rules); nothing here decodes video.
 """
 
-from episodestream.check._check import check_dataset, has_frame, samples_querying
+from episodestream.check._check import MAX_CHECK_WORKERS, check_dataset, has_frame, samples_querying
 from episodestream.check._report import (
     CheckFinding,
     DatasetCheck,
@@ -16,6 +16,7 @@ from episodestream.check._report import (
 )
 
 __all__ = [
+    "MAX_CHECK_WORKERS",
     "CheckFinding",
     "DatasetCheck",
     "EpisodeCheck",

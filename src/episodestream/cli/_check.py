@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from episodestream.check import DatasetCheck, check_dataset, format_check
-from episodestream.check._check import MAX_CHECK_WORKERS
+from episodestream.check import MAX_CHECK_WORKERS, DatasetCheck, check_dataset, format_check
 from episodestream.cli._index import add_data_root_argument
 from episodestream.cli._options import add_cache_dir_option, add_episode_subset_options
 from episodestream.cli._types import int_at_least, positive_float

@@ -8,10 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from episodestream._checks import Bound
 from episodestream.cli._options import add_cache_dir_option, add_episode_subset_options
 from episodestream.cli._types import int_at_least
 from episodestream.errors import ConfigError
+from episodestream.helpers import Bound
 from episodestream.lerobot import DatasetMeta, open_dataset_files
 from episodestream.manifest import (
     DEFAULT_BUILD_WORKERS,

@@ -5,27 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 
-from episodestream._checks import MAX_BYTES
-from episodestream.bench import (
-    DEFAULT_RTT_S,
-    HUB_RESOLVER_LIMITS,
-    ClusterSpec,
-    HubLimits,
-    PoolSpec,
-    format_plan,
-    plan_cluster,
-    read_plan_layout,
-)
-from episodestream.bench._plan import DEFAULT_HOST_CEILING_BYTES_PER_S, DEFAULT_WINDOW_S, MIB
 from episodestream.cli._options import (
     add_batch_size_option,
     add_cache_dir_option,
     add_pool_order_options,
 )
 from episodestream.cli._types import int_at_least, non_negative_float, positive_float
-from episodestream.datasets import EpisodePoolDataset, parse_bytes
-from episodestream.datasets._pool import MAX_POOL_EPISODES
+from episodestream.datasets import MAX_POOL_EPISODES, parse_bytes
 from episodestream.errors import ConfigError
+from episodestream.plan import (
+    DEFAULT_HOST_CEILING_BYTES_PER_S,
+    DEFAULT_RTT_S,
+    DEFAULT_WINDOW_S,
+    HUB_RESOLVER_LIMITS,
+    ClusterSpec,
+    HubLimits,
+    PoolSpec,
+    format_plan,
+    plan_dataset,
+)
 from episodestream.sampling import (
     DEFAULT_POOL_SIZE,
     MAX_LOADER_WORKERS,
@@ -35,9 +33,7 @@ from episodestream.sampling import (
 
 __all__ = ["register"]
 
-_DEFAULT_CEILING_MIBPS = DEFAULT_HOST_CEILING_BYTES_PER_S / MIB
-# opening only to plan: the pool's budget check must not refuse what the plan should size
-_UNBOUNDED_BUDGET = MAX_BYTES.value
+_DEFAULT_CEILING_MIBPS = DEFAULT_HOST_CEILING_BYTES_PER_S / (1 << 20)
 
 
 def _bytes(text: str) -> int:
@@ -148,15 +144,6 @@ def run(args: argparse.Namespace) -> int:
             f"{MAX_WORLD_SIZE}"
         )
     pool_size = args.pool_episodes or DEFAULT_POOL_SIZE
-    with EpisodePoolDataset(
-        args.root,
-        pool_size=pool_size,
-        prefetch_episodes=args.prefetch_episodes,
-        byte_budget=_UNBOUNDED_BUDGET,
-        seed=args.seed,
-        cache_dir=args.cache_dir,
-    ) as dataset:
-        layout = read_plan_layout(dataset)
     cluster = ClusterSpec(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
@@ -179,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         host_ceiling_bytes_per_s=args.host_ceiling_mibps * (1 << 20),
         tier=args.hub_tier if args.resolver_limit is None else "custom",
     )
-    plan = plan_cluster(layout, cluster=cluster, pool=pool, hub=hub)
+    plan = plan_dataset(args.root, cluster=cluster, pool=pool, hub=hub, cache_dir=args.cache_dir)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:

@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from episodestream._checks import Bound
+from episodestream.helpers import Bound
 from episodestream.sampling import MAX_COUNT
 
 __all__ = ["int_at_least", "int_list", "non_negative_float", "port", "positive_float"]

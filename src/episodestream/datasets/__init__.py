@@ -11,6 +11,11 @@ from episodestream.datasets._groups import (
     DEFAULT_BYTE_BUDGET,
     DEFAULT_DECODED_BUDGET,
     DEFAULT_IMAGE_DTYPE,
+    MAX_DECODE_THREADS,
+    MAX_FETCH_WORKERS,
+    MAX_FFMPEG_THREADS,
+    MAX_POOL_EPISODES,
+    MAX_WINDOW_FRAMES,
     Order,
     Resources,
     SampleOptions,
@@ -19,6 +24,7 @@ from episodestream.datasets._groups import (
 from episodestream.datasets._map import EpisodeStreamDataset
 from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._pool import EpisodePoolDataset
+from episodestream.datasets._samples import row_tensor
 from episodestream.datasets._source import Source
 from episodestream.datasets._transport import images_to_float
 
@@ -26,6 +32,11 @@ __all__ = [
     "DEFAULT_BYTE_BUDGET",
     "DEFAULT_DECODED_BUDGET",
     "DEFAULT_IMAGE_DTYPE",
+    "MAX_DECODE_THREADS",
+    "MAX_FETCH_WORKERS",
+    "MAX_FFMPEG_THREADS",
+    "MAX_POOL_EPISODES",
+    "MAX_WINDOW_FRAMES",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
     "Order",
@@ -35,4 +46,5 @@ __all__ = [
     "StreamOptions",
     "images_to_float",
     "parse_bytes",
+    "row_tensor",
 ]
