@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "StreamOptions": "episodestream.datasets",
     "check_dataset": "episodestream.check",
     "open_reader": "episodestream.storage",
+    "MixtureStreamDataset": "episodestream.datasets",
 }
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "Location",
     "LocationError",
     "ManifestError",
+    "MixtureStreamDataset",
     "Mp4FormatError",
     "NotFound",
     "ProxyError",

@@ -22,6 +22,7 @@ PUBLIC_NAMES = [
     "Location",
     "LocationError",
     "ManifestError",
+    "MixtureStreamDataset",
     "Mp4FormatError",
     "NotFound",
     "ProxyError",
