@@ -208,6 +208,13 @@ def test_delta_timestamps_per_source_stack_alike(
     uneven = [deltas[0], {"observation.state": [0.0]}, deltas[2]]
     with pytest.raises(ConfigError, match="steps"):
         MixtureStreamDataset(roots, key_maps=KEY_MAPS, delta_timestamps=uneven)
+    unstacked = [deltas[0], {"action": [0.0, 1 / 15]}, deltas[2]]
+    with pytest.raises(ConfigError, match=r"source 1 .*observation\.state"):
+        MixtureStreamDataset(roots, key_maps=KEY_MAPS, delta_timestamps=unstacked)
+    # source key names, checked when the mixture is built (not at the first sample)
+    renamed = [None, {"observation.images.cam_left_wrist": [0.0]}, None]
+    with pytest.raises(ConfigError, match=r"source 1 .*not a feature"):
+        MixtureStreamDataset(roots, key_maps=KEY_MAPS, delta_timestamps=renamed)
 
 
 def test_a_source_equals_lerobot_reference(
@@ -417,8 +424,9 @@ def test_open_sources_stay_within_the_bound(
     assert live == set()
 
 
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_pickles_and_collates_in_two_workers(
-    mixture: MixtureStreamDataset, datasets_cache_dir: Path
+    mixture: MixtureStreamDataset, start_method: str
 ) -> None:
     mixture[0]  # an open source must not travel
     copy = pickle.loads(pickle.dumps(mixture))
@@ -432,7 +440,7 @@ def test_pickles_and_collates_in_two_workers(
         generator=torch.Generator().manual_seed(3),
     )
     loader = DataLoader(
-        mixture, batch_size=12, sampler=sampler, num_workers=2, multiprocessing_context="spawn"
+        mixture, batch_size=12, sampler=sampler, num_workers=2, multiprocessing_context=start_method
     )
     indices = list(iter(sampler))
     sampler.generator.manual_seed(3)  # the loader draws the same indices again
@@ -454,3 +462,33 @@ def test_pickles_and_collates_in_two_workers(
 def test_exported() -> None:
     assert episodestream.MixtureStreamDataset is MixtureStreamDataset
     assert "MixtureStreamDataset" in episodestream.__all__
+
+
+def test_uint8_sources_and_a_declared_float_schema(
+    roots: list[Path], datasets_cache_dir: Path
+) -> None:
+    """Sources decode to uint8; an inferred schema keeps uint8 frames, a declared float32
+    camera turns them into x / 255 (as the mapper does, after the source's own sample)."""
+    declared = MixtureSchema(
+        {
+            HIGH: KeySpec.camera(3, 72, 96, dtype="float32"),
+            WRIST: KeySpec.camera(3, 60, 80, dtype="float32"),
+            "observation.state": KeySpec.vector(8),
+        }
+    )
+    for schema, dtype in ((None, torch.uint8), (declared, torch.float32)):
+        with MixtureStreamDataset(
+            roots,
+            key_maps=KEY_MAPS,
+            schema=schema,
+            image_dtype="uint8",
+            cache_dir=datasets_cache_dir,
+        ) as mixture:
+            starts = np.concatenate([[0], np.cumsum(mixture.sizes)])
+            for k in (0, 2):
+                with EpisodeStreamDataset(
+                    roots[k], image_dtype="uint8", cache_dir=datasets_cache_dir
+                ) as own:
+                    got = mixture[int(starts[k]) + 1]
+                    assert_same_sample(got, mixture.mappers[k](own[1]), f"{k}")
+                    assert got[HIGH].dtype == dtype

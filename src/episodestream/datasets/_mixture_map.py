@@ -208,8 +208,19 @@ def _delta_steps(
     """Output key → time steps its ``delta_timestamps`` stack; every source that has the key
     must stack it with the same count, or its samples would not batch with the others'."""
     steps: dict[str, tuple[int, int]] = {}
-    for k, (delta, key_map) in enumerate(zip(deltas, key_maps, strict=True)):
+    for k, (delta, key_map, meta) in enumerate(zip(deltas, key_maps, metas, strict=True)):
+        features = {f.key for f in meta.features}
         for source_key, offsets in (delta or {}).items():
+            if source_key not in features:
+                raise ConfigError(
+                    f"source {k} ({source_ids[k]}): delta_timestamps names {source_key!r}, "
+                    f"which is not a feature of the source (give its own key names)"
+                )
+            if isinstance(offsets, str | bytes) or not isinstance(offsets, Sequence):
+                raise ConfigTypeError(
+                    f"source {k} ({source_ids[k]}): delta_timestamps[{source_key!r}] must be "
+                    f"a list of offsets in seconds, got {shown(offsets)}"
+                )
             output = (key_map or {}).get(source_key, source_key)
             if output is None or output not in schema.keys:
                 continue
