@@ -105,7 +105,7 @@ def _synthetic_spec(args: argparse.Namespace, content: str) -> Any:
 
 
 def texture_dataset(args: argparse.Namespace) -> Path:
-    from episodestream.synthetic import ensure_synthetic_dataset
+    from episodestream_tools.synthetic import ensure_synthetic_dataset
 
     return ensure_synthetic_dataset(
         _synthetic_spec(args, "texture"), cache_dir=args.work / "synthetic"
@@ -114,7 +114,7 @@ def texture_dataset(args: argparse.Namespace) -> Path:
 
 def flat_dataset(args: argparse.Namespace) -> Path:
     """A copy of the synthetic (wave) dataset with every video encoded again from flat frames."""
-    from episodestream.synthetic import ensure_synthetic_dataset
+    from episodestream_tools.synthetic import ensure_synthetic_dataset
 
     spec = _synthetic_spec(args, "wave")
     root = args.work / f"flat-{spec.cache_key()}"

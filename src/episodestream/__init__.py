@@ -57,6 +57,7 @@ _LAZY: dict[str, str] = {
     "StreamOptions": "episodestream.datasets",
     "check_dataset": "episodestream.check",
     "open_reader": "episodestream.storage",
+    "MixtureStreamDataset": "episodestream.datasets",
 }
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "Location",
     "LocationError",
     "ManifestError",
+    "MixtureStreamDataset",
     "Mp4FormatError",
     "NotFound",
     "Order",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from benchmarks import decode_floor_matrix, memory_passes, window_sweep
 
-from episodestream.synthetic import ensure_synthetic_dataset
+from episodestream_tools.synthetic import ensure_synthetic_dataset
 
 
 def _table(text: str) -> tuple[list[str], list[list[str]]]:

@@ -23,6 +23,7 @@ PUBLIC_NAMES = [
     "Location",
     "LocationError",
     "ManifestError",
+    "MixtureStreamDataset",
     "Mp4FormatError",
     "NotFound",
     "Order",

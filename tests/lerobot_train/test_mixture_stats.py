@@ -29,7 +29,7 @@ from episodestream.datasets._mixture_schema import (
 )
 from episodestream.lerobot import load_dataset_meta
 from episodestream.storage import open_reader
-from episodestream.synthetic import SyntheticSpec
+from episodestream_tools.synthetic import SyntheticSpec
 
 try:  # LeRobot 0.4's loader: np.array of each leaf of meta/stats.json
     from lerobot.datasets.utils import load_stats as _lerobot_load_stats

@@ -5,6 +5,7 @@
 - Their configuration: :class:`Source` (where a dataset lives), and the option groups
   :class:`Resources`, :class:`SampleOptions` and :class:`Order`, each setting with one default;
   :class:`StreamOptions` is the flat form of before, still accepted.
+- :class:`MixtureStreamDataset`: map-style, several datasets mapped onto one schema.
 """
 
 from episodestream.datasets._groups import (
@@ -22,6 +23,7 @@ from episodestream.datasets._groups import (
     parse_bytes,
 )
 from episodestream.datasets._map import EpisodeStreamDataset
+from episodestream.datasets._mixture_map import MixtureStreamDataset
 from episodestream.datasets._options import StreamOptions
 from episodestream.datasets._pool import EpisodePoolDataset
 from episodestream.datasets._samples import row_tensor
@@ -39,6 +41,7 @@ __all__ = [
     "MAX_WINDOW_FRAMES",
     "EpisodePoolDataset",
     "EpisodeStreamDataset",
+    "MixtureStreamDataset",
     "Order",
     "Resources",
     "SampleOptions",

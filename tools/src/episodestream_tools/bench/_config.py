@@ -60,6 +60,7 @@ AUTO_TARGET_SHARE = 0.75
 #: with it; a library default of its own (8 GiB) would change the figures, not the code
 BENCH_BYTE_BUDGET = 2 * 2**30
 
+
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
     """Settings of one benchmark run (one rank).
